@@ -1,0 +1,118 @@
+"""The notification service's methods, shared by the gRPC and Connect transports.
+
+A transport hands over a decoder for the request; this module turns the
+message into a domain command, runs the service inside one transaction bounded
+by the call's deadline, and renders the answer. The transaction is committed
+here, at the edge, or rolled back when the call fails or runs out of time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from google.protobuf.message import Message
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.api import messages
+from app.core import errors, metrics
+from app.core.errors import Code, DomainError
+from app.proto.xmtp.backend.v1 import notification_pb2 as pb
+from app.recipients import service
+from app.runtime import Runtime
+
+SERVICE_NAME = "xmtp.backend.v1.NotificationService"
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Decoder = Callable[[type[Message]], Message]
+# Errors that mean the database cannot be reached right now; the SDK retries them.
+_UNAVAILABLE_ERRORS = (OSError, sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    name: str
+    request_type: type[Message]
+    response_type: type[Message]
+    run: Callable[[Runtime, AsyncSession, Message], Awaitable[Message]]
+
+    @property
+    def path(self) -> str:
+        return f"/{SERVICE_NAME}/{self.name}"
+
+
+async def _register(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+    command = messages.register_command(request)  # type: ignore[arg-type]
+    return messages.state_message(await service.register(session, runtime.rules, command))
+
+
+async def _unregister(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+    await service.unregister(session, messages.unregister_command(request))  # type: ignore[arg-type]
+    return pb.UnregisterResponse()
+
+
+async def _update(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+    command = messages.update_command(request)  # type: ignore[arg-type]
+    return messages.state_message(await service.update_subscriptions(session, runtime.rules, command))
+
+
+METHODS = {
+    m.name: m
+    for m in (
+        Method("Register", pb.RegisterRequest, pb.RecipientState, _register),
+        Method("Unregister", pb.UnregisterRequest, pb.UnregisterResponse, _unregister),
+        Method("UpdateSubscriptions", pb.UpdateSubscriptionsRequest, pb.RecipientState, _update),
+    )
+}
+
+
+async def invoke(runtime: Runtime, method: Method, decode: Decoder, deadline: float | None) -> Message:
+    """Decode, run and render one call; raises DomainError with the answer's code."""
+    started = time.perf_counter()
+    code = "ok"
+    try:
+        request = _decode(method, decode)
+        return await _within_deadline(runtime, method, request, _budget(runtime, deadline))
+    except DomainError as error:
+        code = error.code.value
+        raise
+    finally:
+        metrics.rpc_seconds.labels(method.name, code).observe(time.perf_counter() - started)
+
+
+def _decode(method: Method, decode: Decoder) -> Message:
+    try:
+        return decode(method.request_type)
+    except DomainError:
+        raise
+    except Exception:
+        raise errors.malformed() from None
+
+
+def _budget(runtime: Runtime, deadline: float | None) -> float:
+    limit = runtime.settings.request_timeout_seconds
+    return limit if deadline is None else max(0.0, min(limit, deadline))
+
+
+async def _within_deadline(runtime: Runtime, method: Method, request: Message, seconds: float) -> Message:
+    async def unit_of_work() -> Message:
+        async with runtime.sessions() as session, session.begin():
+            return await method.run(runtime, session, request)
+
+    try:
+        return await asyncio.wait_for(unit_of_work(), timeout=seconds)
+    except DomainError:
+        raise
+    except TimeoutError:
+        raise DomainError(Code.DEADLINE_EXCEEDED, errors.DEADLINE) from None
+    except _UNAVAILABLE_ERRORS:
+        log.warning("database unavailable during %s", method.name)
+        raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
+    except Exception:
+        log.exception("internal error during %s", method.name)
+        raise DomainError(Code.INTERNAL, "internal error") from None

@@ -1,0 +1,120 @@
+"""The Connect protocol (unary) for NotificationService on the HTTP app.
+
+`application/json` uses the proto3 JSON mapping, `application/proto` the
+binary encoding. Errors are Connect error JSON with Connect's HTTP statuses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from app.api.calls import METHODS, Method, invoke
+from app.api.openapi_schema import message_schema
+from app.core.errors import Code, DomainError
+
+JSON = "application/json"
+PROTO = "application/proto"
+# Connect's mapping of codes to HTTP statuses.
+HTTP_STATUS = {
+    Code.INVALID_ARGUMENT: 400,
+    Code.FAILED_PRECONDITION: 400,
+    Code.UNAUTHENTICATED: 401,
+    Code.PERMISSION_DENIED: 403,
+    Code.NOT_FOUND: 404,
+    Code.RESOURCE_EXHAUSTED: 429,
+    Code.INTERNAL: 500,
+    Code.UNAVAILABLE: 503,
+    Code.DEADLINE_EXCEEDED: 504,
+}
+MAX_TIMEOUT_DIGITS = 10
+
+router = APIRouter(tags=["xmtp.backend.v1.NotificationService"])
+
+
+def error_response(error: DomainError) -> Response:
+    body = json.dumps({"code": error.code.value, "message": error.message}, separators=(",", ":"))
+    return Response(body, status_code=HTTP_STATUS[error.code], media_type=JSON)
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def _timeout_seconds(request: Request) -> float | None:
+    """Connect-Timeout-Ms: at most 10 digits of milliseconds; anything else is ignored."""
+    raw = request.headers.get("connect-timeout-ms", "")
+    if raw.isdigit() and len(raw) <= MAX_TIMEOUT_DIGITS:
+        return int(raw) / 1000
+    return None
+
+
+def _decoder(body: bytes, content_type: str) -> Callable[[type[Message]], Message]:
+    def decode(message_type: type[Message]) -> Message:
+        if content_type == PROTO:
+            return message_type.FromString(body)
+        return json_format.Parse(body, message_type(), ignore_unknown_fields=True)
+
+    return decode
+
+
+def _render(reply: Message, content_type: str) -> Response:
+    if content_type == PROTO:
+        return Response(reply.SerializeToString(), media_type=PROTO)
+    document = json_format.MessageToDict(reply)
+    return Response(json.dumps(document, separators=(",", ":")), media_type=JSON)
+
+
+def _endpoint(method: Method) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        content_type = _content_type(request)
+        if content_type not in (JSON, PROTO):
+            return Response(status_code=415, headers={"Accept-Post": f"{JSON}, {PROTO}"})
+        decode = _decoder(await request.body(), content_type)
+        try:
+            reply = await invoke(request.app.state.runtime, method, decode, _timeout_seconds(request))
+        except DomainError as error:
+            return error_response(error)
+        return _render(reply, content_type)
+
+    return endpoint
+
+
+def _openapi(method: Method) -> dict[str, Any]:
+    error = {
+        "type": "object",
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        "required": ["code"],
+    }
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {JSON: {"schema": message_schema(method.request_type.DESCRIPTOR)}, PROTO: binary},
+        },
+        "responses": {
+            "200": {
+                "description": f"{method.response_type.DESCRIPTOR.name}",
+                "content": {JSON: {"schema": message_schema(method.response_type.DESCRIPTOR)}, PROTO: binary},
+            },
+            "default": {"description": "Connect error", "content": {JSON: {"schema": error}}},
+        },
+    }
+
+
+for _method in METHODS.values():
+    router.add_api_route(
+        _method.path,
+        _endpoint(_method),
+        methods=["POST"],
+        name=_method.name,
+        summary=f"NotificationService.{_method.name} (Connect unary)",
+        openapi_extra=_openapi(_method),
+        response_class=Response,
+        responses={},
+    )

@@ -1,0 +1,135 @@
+"""The one typed settings object, read from XMTP_PUSH_* variables or a TOML file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "XMTP_PUSH_"
+# Every request in and every request out is bounded by this (SDKs give up at 30 s).
+MAX_CALL_SECONDS = 30.0
+
+
+class SettingsError(Exception):
+    """A setting has a bad value; the message names the setting, never its value."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    database_url: str = "sqlite+aiosqlite:///./xmtp-push.db"
+    redis_url: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(8080, ge=0, le=65535)
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = Field(50051, ge=0, le=65535)
+    ingest_token: str | None = None
+
+    recipient_ttl_seconds: int = Field(2_592_000, ge=86_400)
+    max_attempts: int = Field(3, ge=1, le=10)
+    max_push_topics: int = Field(100_000, ge=1)
+    sweep_interval_seconds: float = Field(900.0, gt=0, le=3600)
+    request_timeout_seconds: float = Field(MAX_CALL_SECONDS, gt=0, le=MAX_CALL_SECONDS)
+
+    apns_key: str | None = None
+    apns_key_id: str | None = None
+    apns_team_id: str | None = None
+    apns_bundle_id: str | None = None
+    apns_environment: Literal["production", "sandbox"] = "production"
+    apns_endpoint: str | None = None
+    apns_ca_file: str | None = None
+
+    fcm_service_account: str | None = None
+    fcm_endpoint: str = "https://fcm.googleapis.com"
+
+    http_enabled: bool = False
+    http_allowed_domains: Annotated[tuple[str, ...], NoDecode] = ()
+    http_allow_private_addresses: bool = False
+    http_allow_insecure: bool = False
+    http_timeout_seconds: float = Field(10.0, gt=0, le=MAX_CALL_SECONDS)
+
+    xmtpd_address: str | None = None
+    xmtpd_tls: bool = True
+    xmtpd_keepalive_timeout_seconds: float = Field(90.0, gt=0)
+    xmtpd_catchup_max_age_seconds: float = Field(600.0, ge=0)
+
+    @field_validator("http_allowed_domains", mode="before")
+    @classmethod
+    def _split_domains(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip().lower() for part in value.split(",") if part.strip())
+        if isinstance(value, list | tuple):
+            return tuple(str(part).strip().lower() for part in value if str(part).strip())
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError("must be a sqlite+aiosqlite:// or postgresql+asyncpg:// URL")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value or None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(f"{ENV_PREFIX}CONFIG")
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
+
+    # Channels are "configured" when their settings are present; unusable
+    # credentials are refused at start-up by the channel's provider.
+    @property
+    def apns_configured(self) -> bool:
+        return all((self.apns_key, self.apns_key_id, self.apns_team_id, self.apns_bundle_id))
+
+    @property
+    def fcm_configured(self) -> bool:
+        return bool(self.fcm_service_account)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings, turning a validation failure into a message naming each bad setting."""
+    config_file = os.environ.get(f"{ENV_PREFIX}CONFIG")
+    if config_file and not Path(config_file).is_file():
+        raise SettingsError(f"{ENV_PREFIX}CONFIG: file not found")
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors(include_input=False, include_url=False):
+        name = ENV_PREFIX + "_".join(str(part) for part in error["loc"][:1]).upper()
+        problems.append(f"{name}: {error['msg']}")
+    return "invalid configuration: " + "; ".join(problems)

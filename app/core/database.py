@@ -1,0 +1,59 @@
+"""Engine and session factory; the declarative base for every model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import MetaData, event
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase
+
+from app.core.config import MAX_CALL_SECONDS, Settings
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def create_engine(settings: Settings) -> AsyncEngine:
+    if settings.is_sqlite:
+        return _sqlite_engine(settings.database_url)
+    return create_async_engine(
+        settings.database_url,
+        pool_size=20,
+        max_overflow=10,
+        pool_timeout=MAX_CALL_SECONDS,
+        pool_pre_ping=False,
+        connect_args={"timeout": 10, "command_timeout": MAX_CALL_SECONDS},
+    )
+
+
+def _sqlite_engine(url: str) -> AsyncEngine:
+    # SQLite allows one writer at a time. One pooled connection serialises
+    # every transaction of this process, so writers never see "database is
+    # locked"; the embedded default is a single process (`xmtp-push dev`).
+    engine = create_async_engine(
+        url, pool_size=1, max_overflow=0, pool_timeout=MAX_CALL_SECONDS, connect_args={"timeout": 30}
+    )
+    event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)

@@ -1,0 +1,44 @@
+"""Domain errors: a status code name and a constant message.
+
+Transports map the code to a gRPC status or a Connect error. Messages are
+fixed strings: they never carry ids, secrets, tokens, URLs, topics or keys.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.Enum):
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    PERMISSION_DENIED = "permission_denied"
+    FAILED_PRECONDITION = "failed_precondition"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
+    UNAVAILABLE = "unavailable"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    INTERNAL = "internal"
+    UNAUTHENTICATED = "unauthenticated"
+
+
+class DomainError(Exception):
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+MALFORMED = "request is malformed"
+NOT_REGISTERED = "recipient is not registered"
+BAD_SECRET = "recipient secret is not valid"
+CHANNEL_NOT_CONFIGURED = "channel is not configured"
+URL_NOT_ALLOWED = "webhook url is not allowed"
+SIGNING_KEY_LENGTH = "webhook signing key length is not allowed"
+SUBSCRIPTION_MALFORMED = "subscription is malformed"
+TOPIC_LIMIT = "recipient topic limit reached"
+UNAVAILABLE = "service is unavailable"
+DEADLINE = "request did not finish in time"
+
+
+def malformed() -> DomainError:
+    return DomainError(Code.INVALID_ARGUMENT, MALFORMED)

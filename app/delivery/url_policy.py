@@ -1,0 +1,148 @@
+"""Which webhook URLs may be called: checked at registration and before every delivery.
+
+A URL passes when its scheme is https (http only when insecure targets are
+allowed), it has no userinfo, its host is in the allowed domains (when any are
+set) and every address it resolves to is public (unless private targets are
+allowed). The checked addresses are returned so the caller connects to exactly
+those: a name that resolved public at registration can point inward later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from app.core.config import Settings
+
+DNS_TIMEOUT_SECONDS = 5.0
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_BLOCKED_V4 = tuple(
+    ipaddress.IPv4Network(net)
+    for net in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "224.0.0.0/4",
+        "255.255.255.255/32",
+    )
+)
+_BLOCKED_V6 = tuple(
+    ipaddress.IPv6Network(net)
+    for net in ("::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")
+)
+
+
+class UrlNotAllowed(Exception):
+    """The URL breaks the policy. Carries no detail: callers must not echo URLs."""
+
+
+@dataclass(frozen=True, slots=True)
+class UrlPolicy:
+    allow_insecure: bool = False
+    allowed_domains: tuple[str, ...] = ()
+    allow_private_addresses: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UrlPolicy:
+        return cls(
+            allow_insecure=settings.http_allow_insecure,
+            allowed_domains=settings.http_allowed_domains,
+            allow_private_addresses=settings.http_allow_private_addresses,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookTarget:
+    """A URL that passed the syntactic checks."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedWebhook:
+    """A target plus the addresses it resolved to, all of them allowed."""
+
+    target: WebhookTarget
+    addresses: tuple[str, ...]
+
+
+def parse_webhook_url(url: str, policy: UrlPolicy) -> WebhookTarget:
+    """Check scheme, userinfo and host without touching the network."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise UrlNotAllowed from None
+    scheme = parts.scheme.lower()
+    if scheme != "https" and not (scheme == "http" and policy.allow_insecure):
+        raise UrlNotAllowed
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise UrlNotAllowed
+    host = (parts.hostname or "").rstrip(".").lower()
+    if not host or not host_allowed(host, policy.allowed_domains):
+        raise UrlNotAllowed
+    return WebhookTarget(url=url, scheme=scheme, host=host, port=port or (443 if scheme == "https" else 80))
+
+
+def host_allowed(host: str, allowed_domains: Iterable[str]) -> bool:
+    """Exact host, or `*.suffix` for a host with at least one label before `.suffix`."""
+    domains = tuple(allowed_domains)
+    if not domains:
+        return True
+    for domain in domains:
+        if domain.startswith("*."):
+            if host.endswith(domain[1:]) and len(host) > len(domain) - 1:
+                return True
+        elif host == domain:
+            return True
+    return False
+
+
+def is_blocked_address(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return is_blocked_address(address.ipv4_mapped)
+        return any(address in net for net in _BLOCKED_V6)
+    return any(address in net for net in _BLOCKED_V4)
+
+
+async def resolve_host(host: str, port: int) -> tuple[str, ...]:
+    """Every address the host resolves to, IP literals as they are; () when none."""
+    try:
+        return (str(ipaddress.ip_address(host.strip("[]"))),)
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=DNS_TIMEOUT_SECONDS
+        )
+    except (OSError, TimeoutError, UnicodeError):
+        return ()
+    return tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def check_webhook_url(url: str, policy: UrlPolicy) -> CheckedWebhook:
+    """The full policy: syntax, domain list, resolution and blocked ranges."""
+    target = parse_webhook_url(url, policy)
+    addresses = await resolve_host(target.host, target.port)
+    if not addresses:
+        raise UrlNotAllowed
+    if not policy.allow_private_addresses and any(
+        is_blocked_address(ipaddress.ip_address(a.split("%", 1)[0])) for a in addresses
+    ):
+        raise UrlNotAllowed
+    return CheckedWebhook(target=target, addresses=addresses)

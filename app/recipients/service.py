@@ -1,0 +1,140 @@
+"""The rules of registration and subscription, in the admission table's order.
+
+Each function runs inside the caller's transaction and only flushes; a raised
+DomainError means the caller rolls back, so a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core import errors, metrics
+from app.core.config import Settings
+from app.core.errors import Code, DomainError
+from app.delivery.url_policy import UrlNotAllowed, UrlPolicy, check_webhook_url
+from app.recipients import repository as repo
+from app.recipients import validation
+from app.recipients.models import Recipient
+from app.recipients.types import (
+    Channel,
+    RecipientState,
+    RegisterCommand,
+    UnregisterCommand,
+    UpdateSubscriptionsCommand,
+)
+
+Clock = Callable[[], int]
+SWEEP_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientRules:
+    """What the service needs of the configuration, built once at start-up."""
+
+    ttl_ns: int
+    max_push_topics: int
+    configured_channels: frozenset[Channel]
+    url_policy: UrlPolicy
+    clock: Clock = time.time_ns
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RecipientRules:
+        channels = {
+            Channel.APNS: settings.apns_configured,
+            Channel.FCM: settings.fcm_configured,
+            Channel.HTTP: settings.http_enabled,
+        }
+        return cls(
+            ttl_ns=settings.recipient_ttl_seconds * 1_000_000_000,
+            max_push_topics=settings.max_push_topics,
+            configured_channels=frozenset(c for c, on in channels.items() if on),
+            url_policy=UrlPolicy.from_settings(settings),
+        )
+
+
+def hash_secret(secret: bytes) -> bytes:
+    return hashlib.sha256(secret).digest()
+
+
+async def register(session: AsyncSession, rules: RecipientRules, command: RegisterCommand) -> RecipientState:
+    validation.check_credentials(command.recipient_id, command.recipient_secret)
+    secret_hash = hash_secret(command.recipient_secret)
+    _check_secret(await repo.get_recipient(session, command.recipient_id), secret_hash)
+    delivery = command.delivery
+    if delivery is not None and delivery.channel not in rules.configured_channels:
+        raise DomainError(Code.FAILED_PRECONDITION, errors.CHANNEL_NOT_CONFIGURED)
+    if delivery is not None and delivery.channel is Channel.HTTP:
+        await _check_url(delivery.target, rules.url_policy)
+        validation.check_signing_key(delivery)
+    delivery = validation.check_target_and_metadata(delivery, command.metadata)
+    now_ns = rules.clock()
+    topic_count = await repo.upsert_recipient(session, command.recipient_id, secret_hash, delivery, now_ns)
+    if topic_count is None:  # taken under another secret since the read above
+        raise DomainError(Code.PERMISSION_DENIED, errors.BAD_SECRET)
+    metrics.recipients_total.labels("registered").inc()
+    return RecipientState(topic_count, delivery.channel, now_ns + rules.ttl_ns)
+
+
+async def unregister(session: AsyncSession, command: UnregisterCommand) -> None:
+    validation.check_credentials(command.recipient_id, command.recipient_secret)
+    recipient = await repo.get_recipient(session, command.recipient_id, lock=True)
+    _require_recipient(recipient, hash_secret(command.recipient_secret))
+    await repo.delete_recipient(session, command.recipient_id)
+    metrics.recipients_total.labels("unregistered").inc()
+
+
+async def update_subscriptions(
+    session: AsyncSession, rules: RecipientRules, command: UpdateSubscriptionsCommand
+) -> RecipientState:
+    validation.check_credentials(command.recipient_id, command.recipient_secret)
+    recipient = await repo.get_recipient(session, command.recipient_id, lock=True)
+    recipient = _require_recipient(recipient, hash_secret(command.recipient_secret))
+    validation.check_subscriptions(command)
+    add_topics = [spec.topic for spec in command.adds]
+    present = await repo.existing_topics(session, recipient.id, add_topics + list(command.removes))
+    added = sum(1 for topic in add_topics if topic not in present)
+    removed = [topic for topic in command.removes if topic in present]
+    topic_count = recipient.topic_count + added - len(removed)
+    if topic_count > rules.max_push_topics:
+        raise DomainError(Code.RESOURCE_EXHAUSTED, errors.TOPIC_LIMIT)
+    now_ns = rules.clock()
+    await repo.upsert_subscriptions(session, recipient.id, command.adds, now_ns)
+    await repo.delete_subscriptions(session, recipient.id, removed)
+    await repo.renew(session, recipient.id, topic_count, now_ns)
+    metrics.subscriptions_total.labels("added").inc(added)
+    metrics.subscriptions_total.labels("removed").inc(len(removed))
+    return RecipientState(topic_count, Channel(recipient.channel), now_ns + rules.ttl_ns)
+
+
+async def sweep_expired(session: AsyncSession, rules: RecipientRules) -> int:
+    """Delete one batch of recipients past their TTL; returns how many."""
+    deleted = await repo.delete_expired(session, rules.clock() - rules.ttl_ns, SWEEP_BATCH)
+    metrics.recipients_total.labels("expired").inc(deleted)
+    return deleted
+
+
+def _check_secret(recipient: Recipient | None, secret_hash: bytes) -> None:
+    """Check 3 for a known recipient: SHA-256 of the secret matches, in constant time."""
+    if recipient is not None and not hmac.compare_digest(recipient.secret_hash, secret_hash):
+        raise DomainError(Code.PERMISSION_DENIED, errors.BAD_SECRET)
+
+
+def _require_recipient(recipient: Recipient | None, secret_hash: bytes) -> Recipient:
+    """Checks 2 and 3."""
+    if recipient is None:
+        raise DomainError(Code.NOT_FOUND, errors.NOT_REGISTERED)
+    _check_secret(recipient, secret_hash)
+    return recipient
+
+
+async def _check_url(url: str, policy: UrlPolicy) -> None:
+    try:
+        await check_webhook_url(url, policy)
+    except UrlNotAllowed:
+        raise DomainError(Code.INVALID_ARGUMENT, errors.URL_NOT_ALLOWED) from None

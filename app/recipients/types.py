@@ -1,0 +1,63 @@
+"""Values the recipient service takes and returns, independent of any transport."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Channel(enum.IntEnum):
+    """Delivery channel; the numbers are the wire enum's."""
+
+    UNSPECIFIED = 0
+    APNS = 1
+    FCM = 2
+    HTTP = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    channel: Channel
+    target: str
+    signing_key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterCommand:
+    recipient_id: bytes
+    recipient_secret: bytes
+    delivery: Delivery | None
+    metadata: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterCommand:
+    recipient_id: bytes
+    recipient_secret: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpec:
+    topic: bytes
+    hmac_epoch_base: int = 0
+    hmac_keys: tuple[bytes, ...] = ()
+    include_commits: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSubscriptionsCommand:
+    recipient_id: bytes
+    recipient_secret: bytes
+    adds: tuple[SubscriptionSpec, ...] = field(default_factory=tuple)
+    removes: tuple[bytes, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientState:
+    topic_count: int
+    channel: Channel
+    expires_at_ns: int

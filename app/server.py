@@ -1,0 +1,103 @@
+"""Process composition: the API process (HTTP and gRPC) and its background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import grpc
+import uvicorn
+
+from app.api.grpc_server import start_grpc_server
+from app.api.main import create_app
+from app.core.config import Settings
+from app.runtime import Runtime, open_runtime
+from workers.sweeper import run_sweeper
+
+log = logging.getLogger(__name__)
+GRACE_SECONDS = 10
+BackgroundTask = Callable[[Runtime], Awaitable[None]]
+
+
+class _HttpServer(uvicorn.Server):
+    # Signals are handled by serve_api so the process exits 0; uvicorn's own
+    # capture would re-raise them after shutdown.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass(slots=True)
+class ApiServers:
+    """The running HTTP and gRPC servers of one runtime, with their bound ports."""
+
+    http: _HttpServer
+    http_task: asyncio.Task[None]
+    grpc: grpc.aio.Server
+    http_port: int
+    grpc_port: int
+
+
+@contextlib.asynccontextmanager
+async def running_api(runtime: Runtime) -> AsyncIterator[ApiServers]:
+    """Start HTTP and gRPC on the configured addresses (port 0 picks a free one)."""
+    settings = runtime.settings
+    grpc_server, grpc_port = await start_grpc_server(runtime, settings.grpc_host, settings.grpc_port)
+    config = uvicorn.Config(
+        create_app(runtime),
+        host=settings.http_host,
+        port=settings.http_port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=GRACE_SECONDS,
+    )
+    http_server = _HttpServer(config)
+    http_task = asyncio.create_task(http_server.serve())
+    try:
+        http_port = await _bound_http_port(http_server, http_task)
+        yield ApiServers(http_server, http_task, grpc_server, http_port, grpc_port)
+    finally:
+        http_server.should_exit = True
+        await asyncio.gather(http_task, return_exceptions=True)
+        await grpc_server.stop(GRACE_SECONDS)
+
+
+async def _bound_http_port(server: _HttpServer, task: asyncio.Task[None]) -> int:
+    while not server.started:
+        if task.done():
+            task.result()
+            raise OSError("HTTP server stopped during start-up")
+        await asyncio.sleep(0.01)
+    return int(server.servers[0].sockets[0].getsockname()[1])
+
+
+async def serve_api(settings: Settings, background: Sequence[BackgroundTask] = ()) -> None:
+    """Serve HTTP and gRPC until SIGTERM or SIGINT, with the sweeper and any extra tasks."""
+    stop = asyncio.Event()
+    _on_stop_signal(stop.set)
+    async with open_runtime(settings) as runtime, running_api(runtime) as servers:
+        tasks = [asyncio.create_task(job(runtime)) for job in (run_sweeper, *background)]
+        log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
+        await _first_of(stop.wait(), servers.http_task)
+        log.info("stopping")
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _first_of(*awaitables: Awaitable[object]) -> None:
+    waiters = [asyncio.ensure_future(a) for a in awaitables]
+    _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in pending:
+        if waiter is not waiters[-1]:
+            waiter.cancel()
+
+
+def _on_stop_signal(callback: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, callback)

@@ -1,0 +1,1 @@
+"""Background jobs that run beside or apart from the API: expiry sweep, fan-out, delivery."""
