@@ -1,0 +1,114 @@
+"""Helpers shared by the tests: databases, settings and a running API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import httpx
+from sqlalchemy import text
+
+from app.core.config import Settings
+from app.core.migrations import upgrade
+from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from app.runtime import Runtime, open_runtime
+from app.server import running_api
+
+POSTGRES_ADMIN_DSN = os.environ.get("XMTP_PUSH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+TEST_APNS_KEY = "-----BEGIN PRIVATE KEY-----\nnot-validated-until-the-apns-provider\n-----END PRIVATE KEY-----"
+
+
+async def create_postgres_database() -> str:
+    """A fresh, migrated PostgreSQL database; returns its SQLAlchemy URL."""
+    name = f"xmtp_push_test_{secrets.token_hex(4)}"
+    connection = await asyncpg.connect(POSTGRES_ADMIN_DSN)
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+    base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    url = f"{base}/{name}"
+    await asyncio.to_thread(upgrade, Settings(database_url=url))
+    return url
+
+
+async def drop_postgres_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    connection = await asyncpg.connect(POSTGRES_ADMIN_DSN)
+    try:
+        await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await connection.close()
+
+
+async def create_sqlite_database(folder: Path) -> str:
+    url = f"sqlite+aiosqlite:///{folder / 'xmtp-push-test.db'}"
+    await asyncio.to_thread(upgrade, Settings(database_url=url))
+    return url
+
+
+def make_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings for a test: every channel configured, loopback webhooks allowed, free ports."""
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "http_host": "127.0.0.1",
+        "http_port": 0,
+        "grpc_host": "127.0.0.1",
+        "grpc_port": 0,
+        "apns_key": TEST_APNS_KEY,
+        "apns_key_id": "KEYID12345",
+        "apns_team_id": "TEAMID1234",
+        "apns_bundle_id": "org.example.app",
+        "fcm_service_account": '{"project_id": "test-project"}',
+        "http_enabled": True,
+        "http_allow_insecure": True,
+        "http_allow_private_addresses": True,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+async def clear_tables(runtime: Runtime) -> None:
+    async with runtime.engine.begin() as connection:
+        await connection.execute(text("DELETE FROM subscriptions"))
+        await connection.execute(text("DELETE FROM recipients"))
+
+
+@dataclass
+class Api:
+    """A running API: its runtime, a gRPC stub on the real port and an HTTP client."""
+
+    runtime: Runtime
+    grpc_channel: grpc.aio.Channel
+    stub: notification_pb2_grpc.NotificationServiceStub
+    http: httpx.AsyncClient
+    http_port: int
+    grpc_port: int
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Api]:
+    async with open_runtime(settings) as runtime, running_api(runtime) as servers:
+        await clear_tables(runtime)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{servers.grpc_port}")
+        base_url = f"http://127.0.0.1:{servers.http_port}"
+        async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+            try:
+                yield Api(
+                    runtime,
+                    channel,
+                    notification_pb2_grpc.NotificationServiceStub(channel),
+                    http,
+                    servers.http_port,
+                    servers.grpc_port,
+                )
+            finally:
+                await channel.close()
