@@ -11,7 +11,8 @@ from app.core.config import Settings, SettingsError, load_settings
 
 COMMANDS = {
     "dev": "everything in one process on embedded defaults (SQLite, in-process queue); migrates first",
-    "api": "HTTP API (Connect, health, metrics) and gRPC API",
+    "api": "HTTP API (Connect, ingest, health, metrics) and gRPC API",
+    "worker": "fan-out and delivery workers (needs XMTP_PUSH_REDIS_URL); run as many as you like",
     "migrate": "apply database migrations (alembic upgrade head)",
 }
 
@@ -33,15 +34,33 @@ def _migrate(settings: Settings) -> None:
 def _api(settings: Settings) -> None:
     from app.server import serve_api
 
+    if settings.ingest_token and not settings.redis_url:
+        _refuse("XMTP_PUSH_REDIS_URL: required by `api` when XMTP_PUSH_INGEST_TOKEN is set "
+                "(the in-process queue serves only `dev`)")
     asyncio.run(serve_api(settings))
 
 
+def _worker(settings: Settings) -> None:
+    from app.server import serve_worker
+
+    if not settings.redis_url:
+        _refuse("XMTP_PUSH_REDIS_URL: required by `worker`")
+    asyncio.run(serve_worker(settings))
+
+
 def _dev(settings: Settings) -> None:
+    from app.server import serve_dev
+
     _migrate(settings)
-    _api(settings)
+    asyncio.run(serve_dev(settings))
 
 
-RUNNERS = {"dev": _dev, "api": _api, "migrate": _migrate}
+def _refuse(message: str) -> None:
+    print(f"xmtp-push: invalid configuration: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+RUNNERS = {"dev": _dev, "api": _api, "worker": _worker, "migrate": _migrate}
 
 
 def main(argv: list[str] | None = None) -> int:

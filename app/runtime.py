@@ -11,6 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.database import create_engine, create_session_factory
+from app.queue.base import WorkQueue
+from app.queue.memory import MemoryQueue
+from app.queue.redis_streams import RedisQueue
 from app.recipients.service import RecipientRules
 
 
@@ -20,6 +23,11 @@ class Runtime:
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     rules: RecipientRules
+    # Redis when configured; the in-process queue only where the caller allows it (dev).
+    queue: WorkQueue | None = None
+
+    async def queue_ready(self) -> bool:
+        return self.queue is None or await self.queue.ping()
 
     async def database_ready(self) -> bool:
         try:
@@ -30,15 +38,27 @@ class Runtime:
         return True
 
 
+def _open_queue(settings: Settings, in_process_queue: bool) -> WorkQueue | None:
+    if settings.redis_url:
+        return RedisQueue.from_url(settings.redis_url, settings.queue_reclaim_seconds)
+    if in_process_queue:
+        return MemoryQueue(settings.queue_reclaim_seconds)
+    return None
+
+
 @asynccontextmanager
-async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
+async def open_runtime(settings: Settings, *, in_process_queue: bool = False) -> AsyncIterator[Runtime]:
     engine = create_engine(settings)
+    queue = _open_queue(settings, in_process_queue)
     try:
         yield Runtime(
             settings=settings,
             engine=engine,
             sessions=create_session_factory(engine),
             rules=RecipientRules.from_settings(settings),
+            queue=queue,
         )
     finally:
+        if queue is not None:
+            await queue.close()
         await engine.dispose()

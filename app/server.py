@@ -1,4 +1,4 @@
-"""Process composition: the API process (HTTP and gRPC) and its background tasks."""
+"""Process composition: the API process (HTTP and gRPC), the worker process, and `dev` (both)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,17 @@ from app.api.grpc_server import start_grpc_server
 from app.api.main import create_app
 from app.core.config import Settings
 from app.runtime import Runtime, open_runtime
+from workers.runner import run_workers
 from workers.sweeper import run_sweeper
 
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 10
-BackgroundTask = Callable[[Runtime], Awaitable[None]]
+# A background job runs until `stop` is set, then finishes what it holds.
+BackgroundJob = Callable[[Runtime, asyncio.Event], Awaitable[None]]
 
 
 class _HttpServer(uvicorn.Server):
-    # Signals are handled by serve_api so the process exits 0; uvicorn's own
+    # Signals are handled by this module so the process exits 0; uvicorn's own
     # capture would re-raise them after shutdown.
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -75,18 +77,47 @@ async def _bound_http_port(server: _HttpServer, task: asyncio.Task[None]) -> int
     return int(server.servers[0].sockets[0].getsockname()[1])
 
 
-async def serve_api(settings: Settings, background: Sequence[BackgroundTask] = ()) -> None:
-    """Serve HTTP and gRPC until SIGTERM or SIGINT, with the sweeper and any extra tasks."""
-    stop = asyncio.Event()
-    _on_stop_signal(stop.set)
-    async with open_runtime(settings) as runtime, running_api(runtime) as servers:
-        tasks = [asyncio.create_task(job(runtime)) for job in (run_sweeper, *background)]
-        log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
-        await _first_of(stop.wait(), servers.http_task)
-        log.info("stopping")
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+async def _sweep_until(runtime: Runtime, stop: asyncio.Event) -> None:
+    sweeper = asyncio.create_task(run_sweeper(runtime))
+    await stop.wait()
+    sweeper.cancel()
+    await asyncio.gather(sweeper, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def background(runtime: Runtime, jobs: Sequence[BackgroundJob], stop: asyncio.Event) -> AsyncIterator[None]:
+    """Run jobs (and the expiry sweep) beside the body; on exit, stop them and wait."""
+    tasks = [asyncio.create_task(job(runtime, stop)) for job in (_sweep_until, *jobs)]
+    try:
+        yield
+    finally:
+        stop.set()
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.error("a background job failed: %s", type(result).__name__)
+
+
+async def serve_api(settings: Settings, jobs: Sequence[BackgroundJob] = (), *, in_process_queue: bool = False) -> None:
+    """Serve HTTP and gRPC until SIGTERM or SIGINT, with the sweeper and any background jobs."""
+    stop = _stop_on_signals()
+    async with open_runtime(settings, in_process_queue=in_process_queue) as runtime:
+        # API stops first (no new work), then the background jobs finish what they hold.
+        async with background(runtime, jobs, stop), running_api(runtime) as servers:
+            log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
+            await _first_of(stop.wait(), servers.http_task)
+            log.info("stopping")
+
+
+async def serve_dev(settings: Settings) -> None:
+    await serve_api(settings, [run_workers], in_process_queue=True)
+
+
+async def serve_worker(settings: Settings) -> None:
+    stop = _stop_on_signals()
+    async with open_runtime(settings) as runtime, background(runtime, [], stop):
+        log.info("worker started")
+        await run_workers(runtime, stop)
+        log.info("worker stopped")
 
 
 async def _first_of(*awaitables: Awaitable[object]) -> None:
@@ -97,7 +128,9 @@ async def _first_of(*awaitables: Awaitable[object]) -> None:
             waiter.cancel()
 
 
-def _on_stop_signal(callback: Callable[[], None]) -> None:
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, callback)
+        loop.add_signal_handler(sig, stop.set)
+    return stop

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -25,12 +26,19 @@ async def healthz() -> dict[str, str]:
 )
 async def readyz(request: Request) -> JSONResponse:
     runtime = request.app.state.runtime
-    try:
-        ready = await asyncio.wait_for(runtime.database_ready(), READY_CHECK_SECONDS)
-    except TimeoutError:
-        ready = False
-    checks = {"database": "ok" if ready else "unavailable"}
+    checks = {"database": await _check(runtime.database_ready())}
+    if runtime.settings.redis_url:
+        checks["redis"] = await _check(runtime.queue_ready())
+    ready = all(value == "ok" for value in checks.values())
     return JSONResponse({"status": "ok" if ready else "unavailable", "checks": checks}, 200 if ready else 503)
+
+
+async def _check(probe: Awaitable[bool]) -> str:
+    try:
+        ok = await asyncio.wait_for(probe, READY_CHECK_SECONDS)
+    except TimeoutError:
+        ok = False
+    return "ok" if ok else "unavailable"
 
 
 @router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)

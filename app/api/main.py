@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import connect, health
+from app.api import connect, health, ingest
 from app.runtime import Runtime
 
 DESCRIPTION = (
@@ -20,5 +20,6 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
     app = FastAPI(title="xmtp-push", version=__version__, description=DESCRIPTION)
     app.state.runtime = runtime
     app.include_router(connect.router)
+    app.include_router(ingest.router)
     app.include_router(health.router)
     return app

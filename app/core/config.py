@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -58,6 +59,16 @@ class Settings(BaseSettings):
     http_allow_insecure: bool = False
     http_timeout_seconds: float = Field(10.0, gt=0, le=MAX_CALL_SECONDS)
 
+    # Delivery pipeline tuning.
+    delivery_concurrency: int = Field(256, ge=1, le=4096)  # in flight per channel per worker
+    fanout_concurrency: int = Field(4, ge=1, le=64)
+    fanout_page_size: int = Field(1000, ge=1, le=10_000)
+    retry_base_seconds: float = Field(1.0, gt=0, le=60)
+    # An entry left pending this long by a worker that died is taken over by another.
+    # Longer than the 30 s bound on any attempt, so live work is not taken twice.
+    queue_reclaim_seconds: float = Field(60.0, gt=0)
+    dedup_ttl_seconds: int = Field(86_400, ge=60)
+
     xmtpd_address: str | None = None
     xmtpd_tls: bool = True
     xmtpd_keepalive_timeout_seconds: float = Field(90.0, gt=0)
@@ -82,7 +93,7 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _check_redis_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+        if value and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value or None
 
@@ -125,6 +136,8 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
+    except tomllib.TOMLDecodeError:
+        raise SettingsError(f"{ENV_PREFIX}CONFIG: not a valid TOML file") from None
 
 
 def _describe(exc: ValidationError) -> str:

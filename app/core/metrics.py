@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
-recipients_total = Counter(
-    "xmtp_push_recipients", "Recipient lifecycle events", ["action"]
-)  # registered | unregistered | expired | dead
-subscriptions_total = Counter("xmtp_push_subscriptions", "Subscription changes", ["action"])  # added | removed
+# action: registered | unregistered | expired | dead
+recipients_total = Counter("xmtp_push_recipients", "Recipient lifecycle events", ["action"])
+# action: added | removed
+subscriptions_total = Counter("xmtp_push_subscriptions", "Subscription changes", ["action"])
 rpc_seconds = Histogram(
     "xmtp_push_rpc_seconds", "Notification API call latency", ["method", "code"], buckets=RPC_BUCKETS
 )
+
+DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+envelopes_total = Counter("xmtp_push_envelopes", "Envelopes by result", ["result"])  # ingested|ineligible|fanned_out
+deliveries_total = Counter(
+    "xmtp_push_deliveries", "Delivery outcomes", ["channel", "outcome"]
+)  # delivered|failed|rejected|mismatch|dead|suppressed
+delivery_seconds = Histogram(
+    "xmtp_push_delivery_seconds", "One delivery attempt's duration", ["channel"], buckets=DELIVERY_BUCKETS
+)
+queue_depth = Gauge("xmtp_push_queue_depth", "Entries waiting or in flight", ["queue"])
+inflight = Gauge("xmtp_push_inflight", "Delivery attempts in flight", ["channel"])

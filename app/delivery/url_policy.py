@@ -46,6 +46,10 @@ class UrlNotAllowed(Exception):
     """The URL breaks the policy. Carries no detail: callers must not echo URLs."""
 
 
+class UrlNotResolved(UrlNotAllowed):
+    """The host resolved to no address (possibly a passing DNS failure)."""
+
+
 @dataclass(frozen=True, slots=True)
 class UrlPolicy:
     allow_insecure: bool = False
@@ -86,6 +90,8 @@ def parse_webhook_url(url: str, policy: UrlPolicy) -> WebhookTarget:
         port = parts.port
     except ValueError:
         raise UrlNotAllowed from None
+    if port == 0:  # not connectable; `port or default` below would turn it into 443
+        raise UrlNotAllowed
     scheme = parts.scheme.lower()
     if scheme != "https" and not (scheme == "http" and policy.allow_insecure):
         raise UrlNotAllowed
@@ -140,7 +146,7 @@ async def check_webhook_url(url: str, policy: UrlPolicy) -> CheckedWebhook:
     target = parse_webhook_url(url, policy)
     addresses = await resolve_host(target.host, target.port)
     if not addresses:
-        raise UrlNotAllowed
+        raise UrlNotResolved
     if not policy.allow_private_addresses and any(
         is_blocked_address(ipaddress.ip_address(a.split("%", 1)[0])) for a in addresses
     ):

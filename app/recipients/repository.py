@@ -23,6 +23,7 @@ class SubscriberRow:
     hmac_epoch_base: int | None
     hmac_keys: bytes | None
     include_commits: bool
+    channel: int
 
 
 def _insert(session: AsyncSession, model: Any) -> Any:
@@ -32,7 +33,9 @@ def _insert(session: AsyncSession, model: Any) -> Any:
     return sqlite.insert(model)
 
 
-async def get_recipient(session: AsyncSession, recipient_id: bytes, *, lock: bool = False) -> Recipient | None:
+async def get_recipient(
+    session: AsyncSession, recipient_id: bytes, *, lock: bool = False
+) -> Recipient | None:
     query = select(Recipient).where(Recipient.id == recipient_id)
     if lock:
         # Serialises concurrent updates of one recipient so topic_count stays exact.
@@ -118,19 +121,48 @@ def _subscription_row(recipient_id: bytes, spec: SubscriptionSpec, now_ns: int) 
 async def delete_subscriptions(session: AsyncSession, recipient_id: bytes, topics: Sequence[bytes]) -> None:
     if topics:
         await session.execute(
-            delete(Subscription).where(Subscription.recipient_id == recipient_id, Subscription.topic.in_(topics))
+            delete(Subscription).where(
+                Subscription.recipient_id == recipient_id, Subscription.topic.in_(topics)
+            )
         )
 
 
 async def renew(session: AsyncSession, recipient_id: bytes, topic_count: int, now_ns: int) -> None:
     await session.execute(
-        update(Recipient).where(Recipient.id == recipient_id).values(topic_count=topic_count, renewed_ns=now_ns)
+        update(Recipient)
+        .where(Recipient.id == recipient_id)
+        .values(topic_count=topic_count, renewed_ns=now_ns)
     )
 
 
 async def count_subscriptions(session: AsyncSession, recipient_id: bytes) -> int:
     query = select(func.count()).select_from(Subscription).where(Subscription.recipient_id == recipient_id)
     return int((await session.execute(query)).scalar_one())
+
+
+async def targets_by_id(session: AsyncSession, ids: Sequence[bytes]) -> dict[bytes, Recipient]:
+    """The current delivery target of each recipient that still exists."""
+    if not ids:
+        return {}
+    rows = await session.execute(select(Recipient).where(Recipient.id.in_(set(ids))))
+    return {recipient.id: recipient for recipient in rows.scalars()}
+
+
+async def delete_if_unchanged(
+    session: AsyncSession, recipient_id: bytes, channel: int, target: str, signing_key: bytes | None, secret_hash: bytes
+) -> bool:
+    """Delete a recipient whose token or webhook is dead, unless it re-registered since."""
+    query = select(Recipient).where(Recipient.id == recipient_id).with_for_update()
+    recipient = (await session.execute(query)).scalar_one_or_none()
+    unchanged = recipient is not None and (
+        recipient.channel,
+        recipient.target,
+        recipient.signing_key,
+        recipient.secret_hash,
+    ) == (channel, target, signing_key, secret_hash)
+    if unchanged:
+        await delete_recipient(session, recipient_id)
+    return unchanged
 
 
 async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> int:
@@ -151,7 +183,8 @@ async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> i
 
 
 def subscribers_query(topic: bytes, after_recipient_id: bytes, limit: int) -> Any:
-    """One page of a topic's subscribers in recipient-id order: a primary-key range scan."""
+    """One page of a topic's subscribers in recipient-id order: a primary-key range scan,
+    joined to each recipient's channel by its primary key."""
     return (
         select(
             Subscription.recipient_id,
@@ -159,7 +192,9 @@ def subscribers_query(topic: bytes, after_recipient_id: bytes, limit: int) -> An
             Subscription.hmac_epoch_base,
             Subscription.hmac_keys,
             Subscription.include_commits,
+            Recipient.channel,
         )
+        .join(Recipient, Recipient.id == Subscription.recipient_id)
         .where(Subscription.topic == topic, Subscription.recipient_id > after_recipient_id)
         .order_by(Subscription.recipient_id)
         .limit(limit)

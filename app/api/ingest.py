@@ -1,0 +1,114 @@
+"""POST /v1/envelopes: envelopes in, queued for fan-out before the 202 is sent."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from app.envelopes.parsing import MAX_BATCH, EnvelopeError, parse_json_batch, parse_server_envelope
+from app.envelopes.service import enqueue_envelopes
+from app.envelopes.types import Envelope
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+PROTOBUF = "application/x-protobuf"
+
+router = APIRouter(tags=["ingest"])
+
+_ENVELOPE_SCHEMA = {
+    "type": "object",
+    "required": ["topic", "sequence_id", "server_ns", "kind"],
+    "properties": {
+        "topic": {"type": "string", "format": "byte", "description": "kind byte + identifier, base64"},
+        "sequence_id": {"type": "string", "pattern": "^[0-9]{1,20}$", "description": "uint64, decimal"},
+        "server_ns": {"type": "integer", "minimum": 0, "description": "server timestamp, ns since epoch"},
+        "kind": {"type": "string", "enum": ["group_message", "welcome", "other"]},
+        "should_push": {"type": "boolean", "default": False},
+        "is_commit_or_proposal": {"type": "boolean", "default": False},
+        "sender_hmac": {"type": "string", "format": "byte"},
+        "data": {"type": "string", "format": "byte"},
+    },
+}
+_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["envelopes"],
+                    "properties": {
+                        "envelopes": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ENVELOPE_SCHEMA}
+                    },
+                }
+            },
+            PROTOBUF: {"schema": {"type": "string", "format": "binary", "description": "one ServerEnvelope"}},
+        },
+    },
+    "responses": {
+        "202": {
+            "description": "queued for fan-out",
+            "content": {"application/json": {"schema": {"type": "object", "properties": {"accepted": {"type": "integer"}}}}},
+        },
+        "400": {"description": "an envelope is malformed; the error names the field; nothing was queued"},
+        "401": {"description": "missing or wrong bearer token"},
+        "404": {"description": "ingest is disabled (no XMTP_PUSH_INGEST_TOKEN)"},
+        "413": {"description": "body over 4 MiB"},
+        "415": {"description": "unsupported content type"},
+        "503": {"description": "the queue is unavailable; nothing was queued"},
+    },
+}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _authorized(request: Request, token: str) -> bool:
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+@router.post("/v1/envelopes", status_code=202, summary="Ingest envelopes for fan-out", openapi_extra=_OPENAPI)
+async def ingest(request: Request) -> JSONResponse:
+    runtime = request.app.state.runtime
+    token = runtime.settings.ingest_token
+    if not token:
+        return _error(404, "ingest is disabled")
+    if not _authorized(request, token):
+        return _error(401, "bearer token is missing or not valid")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        return _error(413, "body is larger than 4 MiB")
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    try:
+        envelopes = _parse(body, content_type)
+    except EnvelopeError as error:
+        return _error(400, str(error))
+    except _UnsupportedType:
+        return _error(415, "content type must be application/json or application/x-protobuf")
+    if runtime.queue is None:
+        return _error(503, "no queue is configured")
+    try:
+        accepted = await enqueue_envelopes(runtime.queue, envelopes)
+    except Exception:
+        return _error(503, "queue is unavailable")
+    return JSONResponse({"accepted": accepted}, status_code=202)
+
+
+class _UnsupportedType(Exception):
+    pass
+
+
+def _parse(body: bytes, content_type: str) -> list[Envelope]:
+    if content_type == PROTOBUF:
+        return [parse_server_envelope(body)]
+    if content_type != "application/json":
+        raise _UnsupportedType
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise EnvelopeError("body: is not valid JSON") from None
+    return parse_json_batch(document)

@@ -1,0 +1,84 @@
+"""A delivery job as it travels on a channel's stream, and the retry rule."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import secrets
+from dataclasses import dataclass, replace
+
+from app.delivery.types import Hint, Outcome, OutcomeKind
+
+MAX_BACKOFF_SECONDS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryJob:
+    job_id: str
+    recipient_id: bytes
+    topic: bytes
+    sequence_id: int
+    ingested_ns: int
+    attempt: int = 1
+    # Every attempt so far answered "gone" (webhook 404/410).
+    all_gone: bool = True
+
+    @classmethod
+    def new(cls, recipient_id: bytes, topic: bytes, sequence_id: int, ingested_ns: int) -> DeliveryJob:
+        return cls(secrets.token_hex(8), recipient_id, topic, sequence_id, ingested_ns)
+
+    @property
+    def hint(self) -> Hint:
+        return Hint(self.topic, self.sequence_id, self.recipient_id)
+
+    @property
+    def dedup_key(self) -> str:
+        """One key per (recipient, topic, sequence_id): the same hint is sent once.
+        Hashed, so no id or topic is readable in the queue's keys."""
+        material = b"%b|%b|%d" % (self.recipient_id, self.topic, self.sequence_id)
+        return hashlib.sha256(material).hexdigest()[:40]
+
+    def encode(self) -> bytes:
+        fields = [
+            self.job_id,
+            self.recipient_id.hex(),
+            self.topic.hex(),
+            str(self.sequence_id),
+            self.ingested_ns,
+            self.attempt,
+            self.all_gone,
+        ]
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, payload: bytes) -> DeliveryJob:
+        job_id, recipient, topic, sequence, ingested, attempt, all_gone = json.loads(payload)
+        return cls(
+            job_id, bytes.fromhex(recipient), bytes.fromhex(topic), int(sequence), ingested, attempt, all_gone
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    job: DeliveryJob
+    delay_seconds: float
+
+
+def next_step(job: DeliveryJob, outcome: Outcome, max_attempts: int, base_seconds: float) -> Retry | Outcome:
+    """What follows an attempt: a retry, or the final outcome to record."""
+    gone = outcome.kind is OutcomeKind.DEAD and outcome.confirm_by_retry
+    retryable = outcome.kind is OutcomeKind.TRANSIENT or gone
+    if not retryable:
+        return outcome
+    all_gone = job.all_gone and gone
+    if job.attempt >= max_attempts:
+        return Outcome(OutcomeKind.DEAD) if all_gone else Outcome(OutcomeKind.TRANSIENT)
+    delay = max(backoff(job.attempt, base_seconds), outcome.delay_seconds or 0.0)
+    return Retry(replace(job, attempt=job.attempt + 1, all_gone=all_gone), delay)
+
+
+def backoff(attempt: int, base_seconds: float) -> float:
+    """Exponential with jitter: base * 2^(attempt-1), times a random factor in [0.5, 1.5)."""
+    ceiling = min(MAX_BACKOFF_SECONDS, base_seconds * 2 ** (attempt - 1))
+    return ceiling * (0.5 + random.random())

@@ -1,0 +1,126 @@
+"""HTTPS webhook channel: Standard Webhooks signed hints, posted with aiohttp.
+
+Before every attempt the URL policy is checked again and the connection is
+pinned to the addresses that passed it, so a name cannot be pointed inward
+after registration. Redirects are never followed.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextvars
+import hashlib
+import socket
+import ssl
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from standardwebhooks.webhooks import Webhook
+
+from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
+from app.delivery.url_policy import UrlNotAllowed, UrlNotResolved, UrlPolicy, check_webhook_url
+
+GONE = Outcome(OutcomeKind.DEAD, confirm_by_retry=True)
+# Status -> outcome. Ranges are checked after exact codes.
+STATUS_OUTCOMES: dict[int, Outcome] = {404: GONE, 410: GONE}
+RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = ((range(200, 300), DELIVERED), (range(500, 600), TRANSIENT))
+TRANSIENT_ERRORS = (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError)
+
+_pinned: contextvars.ContextVar[tuple[str, tuple[str, ...]]] = contextvars.ContextVar("pinned_addresses")
+
+
+def outcome_for_status(status: int) -> Outcome:
+    if status in STATUS_OUTCOMES:
+        return STATUS_OUTCOMES[status]
+    for codes, outcome in RANGE_OUTCOMES:
+        if status in codes:
+            return outcome
+    return REJECTED  # 3xx included: redirects are refused
+
+
+def webhook_body(hint: Hint) -> bytes:
+    """The exact bytes that are signed and sent."""
+    topic = base64.b64encode(hint.topic).decode()
+    return f'{{"topic":"{topic}","sequence_id":"{hint.sequence_id}","recipient_id":"{hint.recipient_id.hex()}"}}'.encode()
+
+
+def webhook_id(hint: Hint) -> str:
+    """Stable for every attempt at the same hint, so receivers can dedupe on it."""
+    digest = hashlib.sha256(hint.recipient_id + hint.topic + hint.sequence_id.to_bytes(8, "big")).hexdigest()
+    return f"hint_{digest[:32]}"
+
+
+def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    moment = datetime.fromtimestamp(timestamp, tz=UTC)
+    return {
+        "content-type": "application/json",
+        "webhook-id": message_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": Webhook(key).sign(message_id, moment, body.decode()),
+    }
+
+
+class PinnedResolver(AbstractResolver):
+    """Answers only with the addresses the URL policy checked for this attempt."""
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        pinned_host, addresses = _pinned.get(("", ()))
+        if host.rstrip(".").lower() != pinned_host:
+            raise OSError("host was not checked by the URL policy")
+        return [_resolve_result(host, address, port) for address in addresses]
+
+    async def close(self) -> None:
+        return None
+
+
+def _resolve_result(host: str, address: str, port: int) -> ResolveResult:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return {"hostname": host, "host": address, "port": port, "family": family, "proto": 0, "flags": 0}
+
+
+class WebhookProvider:
+    channel_label = "http"
+
+    def __init__(self, policy: UrlPolicy, timeout_seconds: float, max_connections: int = 512) -> None:
+        self._policy = policy
+        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        connector = aiohttp.TCPConnector(
+            resolver=PinnedResolver(),
+            use_dns_cache=False,
+            limit=max_connections,
+            limit_per_host=0,
+            ssl=ssl.create_default_context(),
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
+        )
+
+    async def send(self, hint: Hint, target: Target) -> Outcome:
+        try:
+            checked = await check_webhook_url(target.address, self._policy)
+        except UrlNotResolved:
+            return TRANSIENT
+        except UrlNotAllowed:
+            return REJECTED
+        if not target.signing_key:
+            return REJECTED
+        _pinned.set((checked.target.host, checked.addresses))
+        body = webhook_body(hint)
+        headers = signed_headers(target.signing_key, webhook_id(hint), int(time.time()), body)
+        return await self._post(target.address, body, headers)
+
+    async def _post(self, url: str, body: bytes, headers: dict[str, Any]) -> Outcome:
+        try:
+            async with self._session.post(url, data=body, headers=headers, allow_redirects=False) as response:
+                await response.read()
+                return outcome_for_status(response.status)
+        except TRANSIENT_ERRORS:
+            return TRANSIENT
+        except aiohttp.ClientError:
+            return REJECTED
+
+    async def close(self) -> None:
+        await self._session.close()

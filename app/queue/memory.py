@@ -1,0 +1,124 @@
+"""The work queue inside one process, for `xmtp-push dev` without Redis.
+
+Same contract as the Redis version, including the reclaim of entries left
+pending by a reader that stopped; nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from app.queue.base import Commit, Delayed, Entry
+
+
+@dataclass(slots=True)
+class _Pending:
+    entry: Entry
+    since: float
+
+
+@dataclass(slots=True)
+class _Stream:
+    waiting: deque[Entry] = field(default_factory=deque)
+    pending: dict[str, _Pending] = field(default_factory=dict)
+
+
+class MemoryQueue:
+    def __init__(self, reclaim_seconds: float) -> None:
+        self._reclaim_seconds = reclaim_seconds
+        self._streams: dict[str, _Stream] = {}
+        self._ids = itertools.count(1)
+        self._delayed: list[tuple[float, int, Delayed]] = []
+        self._claims: dict[str, tuple[str, float]] = {}
+        self._next_prune = 0.0
+        self._changed = asyncio.Condition()
+
+    def _stream(self, name: str) -> _Stream:
+        return self._streams.setdefault(name, _Stream())
+
+    def _append(self, stream: str, payloads: Sequence[bytes]) -> None:
+        waiting = self._stream(stream).waiting
+        waiting.extend(Entry(f"{next(self._ids)}-0", payload) for payload in payloads)
+
+    async def add(self, stream: str, payloads: Sequence[bytes]) -> None:
+        async with self._changed:
+            self._append(stream, payloads)
+            self._changed.notify_all()
+
+    async def read(self, stream: str, consumer: str, count: int, block_seconds: float) -> list[Entry]:
+        deadline = time.monotonic() + block_seconds
+        async with self._changed:
+            while True:
+                entries = self._take(self._stream(stream), count)
+                remaining = deadline - time.monotonic()
+                if entries or remaining <= 0:
+                    return entries
+                try:
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+                except TimeoutError:
+                    return []
+
+    def _take(self, state: _Stream, count: int) -> list[Entry]:
+        now = time.monotonic()
+        stale = [p for p in state.pending.values() if now - p.since >= self._reclaim_seconds][:count]
+        entries = [p.entry for p in stale]
+        while state.waiting and len(entries) < count:
+            entries.append(state.waiting.popleft())
+        for entry in entries:
+            state.pending[entry.id] = _Pending(entry, now)
+        return entries
+
+    async def commit(self, stream: str, commit: Commit) -> None:
+        async with self._changed:
+            pending = self._stream(stream).pending
+            for entry_id in commit.ack:
+                pending.pop(entry_id, None)
+            for target, payloads in commit.add.items():
+                self._append(target, payloads)
+            for delayed in commit.delay:
+                heapq.heappush(self._delayed, (delayed.due, next(self._ids), delayed))
+            self._changed.notify_all()
+
+    async def promote_due(self, now: float, limit: int) -> int:
+        moved = 0
+        async with self._changed:
+            while self._delayed and self._delayed[0][0] <= now and moved < limit:
+                _, _, delayed = heapq.heappop(self._delayed)
+                self._append(delayed.stream, [delayed.payload])
+                moved += 1
+            if moved:
+                self._changed.notify_all()
+        return moved
+
+    async def claim_once(self, claims: Sequence[tuple[str, str]], ttl_seconds: int) -> list[bool]:
+        now = time.monotonic()
+        results = []
+        for key, owner in claims:
+            holder = self._claims.get(key)
+            if holder is None or holder[1] <= now:
+                self._claims[key] = (owner, now + ttl_seconds)
+                holder = self._claims[key]
+            results.append(holder[0] == owner)
+        if now >= self._next_prune:
+            self._claims = {k: v for k, v in self._claims.items() if v[1] > now}
+            self._next_prune = now + 60
+        return results
+
+    async def depth(self, stream: str) -> int:
+        state = self._stream(stream)
+        return len(state.waiting) + len(state.pending)
+
+    async def delayed_count(self) -> int:
+        return len(self._delayed)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,153 @@
+"""The work queue on Redis Streams: one consumer group shared by every worker process.
+
+Entries carry one field, `p`, the payload. Acknowledged entries are deleted,
+so a stream's length is its depth. Delayed retries wait in a sorted set scored
+by due time and are moved onto their stream by a script, atomically.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from app.queue.base import Commit, Entry
+
+GROUP = b"workers"
+FIELD = b"p"
+PREFIX = "xmtp-push:"
+DELAYED_KEY = PREFIX + "delayed"
+CLAIM_PREFIX = PREFIX + "claim:"
+
+_PROMOTE = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, member in ipairs(due) do
+  local sep = string.find(member, '\\n', 1, true)
+  redis.call('XADD', ARGV[3] .. string.sub(member, 1, sep - 1), '*', 'p', string.sub(member, sep + 1))
+  redis.call('ZREM', KEYS[1], member)
+end
+return #due
+"""
+_CLAIM = """
+local results = {}
+for i, key in ipairs(KEYS) do
+  local owner = ARGV[i + 1]
+  if redis.call('SET', key, owner, 'NX', 'EX', tonumber(ARGV[1])) then
+    results[i] = 1
+  elseif redis.call('GET', key) == owner then
+    results[i] = 1
+  else
+    results[i] = 0
+  end
+end
+return results
+"""
+
+
+class RedisQueue:
+    def __init__(self, redis: Redis, reclaim_seconds: float) -> None:
+        self._redis = redis
+        self._reclaim_ms = max(1, int(reclaim_seconds * 1000))
+        self._groups: set[str] = set()
+        self._last_reclaim: dict[str, float] = {}
+        self._promote = redis.register_script(_PROMOTE)
+        self._claim = redis.register_script(_CLAIM)
+
+    @classmethod
+    def from_url(cls, url: str, reclaim_seconds: float) -> RedisQueue:
+        redis = Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10, health_check_interval=30)
+        return cls(redis, reclaim_seconds)
+
+    @staticmethod
+    def _key(stream: str) -> str:
+        return PREFIX + stream
+
+    async def _ensure_group(self, key: str) -> None:
+        if key in self._groups:
+            return
+        try:
+            # From the start, so entries added before any worker existed are read.
+            await self._redis.xgroup_create(key, GROUP, id="0", mkstream=True)
+        except ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+        self._groups.add(key)
+
+    async def add(self, stream: str, payloads: Sequence[bytes]) -> None:
+        key = self._key(stream)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for payload in payloads:
+                pipe.xadd(key, {FIELD: payload})
+            await pipe.execute()
+
+    async def read(self, stream: str, consumer: str, count: int, block_seconds: float) -> list[Entry]:
+        key = self._key(stream)
+        await self._ensure_group(key)
+        entries = await self._reclaim(key, consumer, count)
+        if len(entries) < count:
+            block = max(1, int(block_seconds * 1000)) if not entries else None
+            reply = await self._redis.xreadgroup(GROUP, consumer, {key: ">"}, count=count - len(entries), block=block)
+            entries.extend(_entries(reply[0][1]) if reply else [])
+        return entries
+
+    async def _reclaim(self, key: str, consumer: str, count: int) -> list[Entry]:
+        # XAUTOCLAIM scans the pending list; a few times per reclaim period is enough.
+        now = time.monotonic()
+        if now - self._last_reclaim.get(key, 0.0) < self._reclaim_ms / 4000:
+            return []
+        self._last_reclaim[key] = now
+        reply = await self._redis.xautoclaim(key, GROUP, consumer, self._reclaim_ms, "0-0", count=count)
+        return _entries(reply[1])
+
+    async def commit(self, stream: str, commit: Commit) -> None:
+        key = self._key(stream)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for target, payloads in commit.add.items():
+                for payload in payloads:
+                    pipe.xadd(self._key(target), {FIELD: payload})
+            if commit.delay:
+                pipe.zadd(DELAYED_KEY, {d.stream.encode() + b"\n" + d.payload: d.due for d in commit.delay})
+            if commit.ack:
+                pipe.xack(key, GROUP, *commit.ack)
+                pipe.xdel(key, *commit.ack)
+            await pipe.execute()
+
+    async def promote_due(self, now: float, limit: int) -> int:
+        return int(await self._promote(keys=[DELAYED_KEY], args=[now, limit, PREFIX]))
+
+    async def claim_once(self, claims: Sequence[tuple[str, str]], ttl_seconds: int) -> list[bool]:
+        if not claims:
+            return []
+        keys = [CLAIM_PREFIX + key for key, _ in claims]
+        reply = await self._claim(keys=keys, args=[ttl_seconds, *(owner for _, owner in claims)])
+        return [bool(flag) for flag in reply]
+
+    async def depth(self, stream: str) -> int:
+        return int(await self._redis.xlen(self._key(stream)))
+
+    async def delayed_count(self) -> int:
+        return int(await self._redis.zcard(DELAYED_KEY))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+def _entries(raw: Any) -> list[Entry]:
+    entries = []
+    for entry_id, fields in raw:
+        if fields:  # an entry deleted while pending comes back without fields
+            entries.append(Entry(_text(entry_id), fields[FIELD]))
+    return entries
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

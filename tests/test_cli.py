@@ -1,0 +1,280 @@
+"""The `xmtp-push` console script, run as a real subprocess (operations.md, "Commands")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from app.proto.xmtp.backend.v1 import notification_pb2 as pb
+from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 10.0
+RUN_TIMEOUT = 60.0
+
+
+def command() -> list[str]:
+    script = shutil.which("xmtp-push", path=str(Path(sys.executable).parent)) or shutil.which("xmtp-push")
+    return [script] if script else [sys.executable, "-m", "app.cli"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """The current environment without any XMTP_PUSH_* variable, plus `settings`."""
+    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("XMTP_PUSH_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(settings)
+    return env
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command(), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
+def tables(db: Path) -> set[str]:
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {row[0] for row in rows}
+
+
+@contextmanager
+def started(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
+    """A running subprocess that is always gone when the block ends."""
+    process = subprocess.Popen(
+        [*command(), *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        with suppress(subprocess.TimeoutExpired):
+            process.communicate(timeout=STOP_TIMEOUT)
+
+
+def output_of(process: subprocess.Popen[str]) -> str:
+    """Whatever the (already exited or killed) process wrote, for assertion messages."""
+    if process.poll() is None:
+        process.kill()
+    try:
+        out, err = process.communicate(timeout=STOP_TIMEOUT)
+    except (subprocess.TimeoutExpired, ValueError):
+        return "<no output>"
+    return f"stdout:\n{out}\nstderr:\n{err}"
+
+
+def wait_healthy(process: subprocess.Popen[str], http_port: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"xmtp-push exited early with {process.returncode}\n{output_of(process)}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"xmtp-push did not answer /healthz within {START_TIMEOUT}s\n{output_of(process)}")
+
+
+def stop(process: subprocess.Popen[str], sig: signal.Signals) -> tuple[int, str, str]:
+    process.send_signal(sig)
+    try:
+        out, err = process.communicate(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate(timeout=STOP_TIMEOUT)
+        pytest.fail(f"xmtp-push did not exit within {STOP_TIMEOUT}s of {sig.name}\nstderr:\n{err}")
+    return process.returncode, out, err
+
+
+def dev_env(tmp_path: Path, http_port: int, grpc_port: int, **extra: str) -> dict[str, str]:
+    settings = {
+        "XMTP_PUSH_DATABASE_URL": sqlite_url(tmp_path / "dev.db"),
+        "XMTP_PUSH_HTTP_HOST": "127.0.0.1",
+        "XMTP_PUSH_HTTP_PORT": str(http_port),
+        "XMTP_PUSH_GRPC_HOST": "127.0.0.1",
+        "XMTP_PUSH_GRPC_PORT": str(grpc_port),
+        "XMTP_PUSH_HTTP_ENABLED": "true",
+        "XMTP_PUSH_HTTP_ALLOW_INSECURE": "true",
+        "XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES": "true",
+    }
+    return clean_env(**{**settings, **extra})
+
+
+def register_webhook(grpc_port: int, recipient_id: bytes) -> pb.RecipientState:
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=START_TIMEOUT)
+        stub = notification_pb2_grpc.NotificationServiceStub(channel)
+        request = pb.RegisterRequest(
+            recipient_id=recipient_id,
+            recipient_secret=b"\x02" * 32,
+            http=pb.HttpDelivery(url="http://127.0.0.1:9/hook", signing_key=b"k" * 32),
+        )
+        return stub.Register(request, timeout=30)
+
+
+# --- help and start-up errors --------------------------------------------------------------------
+
+
+def test_help_lists_the_commands(tmp_path: Path) -> None:
+    result = run(["--help"], clean_env(), tmp_path)
+    assert result.returncode == 0, result.stderr
+    for name in ("dev", "api", "migrate"):
+        assert name in result.stdout
+
+
+def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
+    result = run([], clean_env(), tmp_path)
+    assert result.returncode != 0
+    assert "usage" in result.stderr.lower()
+
+
+def test_unknown_command_is_a_usage_error(tmp_path: Path) -> None:
+    result = run(["no-such-command"], clean_env(), tmp_path)
+    assert result.returncode != 0
+    assert "usage" in result.stderr.lower()
+
+
+@pytest.mark.parametrize("name", ["dev", "api", "migrate"])
+def test_bad_setting_stops_start_up_naming_it(tmp_path: Path, name: str) -> None:
+    db = tmp_path / "bad.db"
+    env = clean_env(XMTP_PUSH_MAX_ATTEMPTS="0", XMTP_PUSH_DATABASE_URL=sqlite_url(db))
+    result = run([name], env, tmp_path)
+    assert result.returncode != 0
+    assert "XMTP_PUSH_MAX_ATTEMPTS" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not db.exists()  # nothing was started or migrated
+
+
+def test_bad_secret_like_value_is_not_echoed(tmp_path: Path) -> None:
+    secret = "sk_live_NOT_TO_BE_PRINTED_42"
+    env = clean_env(XMTP_PUSH_HTTP_PORT=secret, XMTP_PUSH_DATABASE_URL=sqlite_url(tmp_path / "x.db"))
+    result = run(["dev"], env, tmp_path)
+    assert result.returncode != 0
+    assert "XMTP_PUSH_HTTP_PORT" in result.stderr
+    assert secret not in result.stderr and secret not in result.stdout
+
+
+def test_missing_config_file_stops_start_up(tmp_path: Path) -> None:
+    env = clean_env(XMTP_PUSH_CONFIG=str(tmp_path / "missing.toml"))
+    result = run(["migrate"], env, tmp_path)
+    assert result.returncode != 0
+    assert "XMTP_PUSH_CONFIG" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# --- migrate -------------------------------------------------------------------------------------
+
+
+def test_migrate_creates_the_tables(tmp_path: Path) -> None:
+    db = tmp_path / "fresh.db"
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()  # the alembic folder is found without running from the repository
+    result = run(["migrate"], clean_env(XMTP_PUSH_DATABASE_URL=sqlite_url(db)), elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert {"recipients", "subscriptions", "alembic_version"} <= tables(db)
+    with sqlite3.connect(db) as connection:
+        versions = connection.execute("SELECT version_num FROM alembic_version").fetchall()
+    assert len(versions) == 1
+
+    again = run(["migrate"], clean_env(XMTP_PUSH_DATABASE_URL=sqlite_url(db)), elsewhere)
+    assert again.returncode == 0, again.stderr
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == versions
+
+
+def test_migrate_reads_the_config_file(tmp_path: Path) -> None:
+    db = tmp_path / "from-file.db"
+    config = tmp_path / "xmtp-push.toml"
+    config.write_text(f'database_url = "{sqlite_url(db)}"\n')
+    result = run(["migrate"], clean_env(XMTP_PUSH_CONFIG=str(config)), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert {"recipients", "subscriptions"} <= tables(db)
+
+
+# --- dev -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_dev_serves_then_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
+    http_port, grpc_port = free_port(), free_port()
+    recipient_id = bytes([sig.value]) * 32
+    with started(["dev"], dev_env(tmp_path, http_port, grpc_port), tmp_path) as process:
+        wait_healthy(process, http_port)
+        assert {"recipients", "subscriptions"} <= tables(tmp_path / "dev.db")  # migrated first
+
+        state = register_webhook(grpc_port, recipient_id)
+        assert state.channel == pb.CHANNEL_HTTP
+        assert state.topic_count == 0
+        assert state.expires_at_ns > time.time_ns()
+
+        code, _, err = stop(process, sig)
+        assert code == 0, err
+        assert "Traceback" not in err
+
+    with sqlite3.connect(tmp_path / "dev.db") as connection:
+        rows = connection.execute("SELECT COUNT(*) FROM recipients WHERE id = ?", (recipient_id,)).fetchone()
+    assert rows == (1,)
+
+
+def test_dev_refuses_a_webhook_channel_that_is_not_enabled(tmp_path: Path) -> None:
+    http_port, grpc_port = free_port(), free_port()
+    env = dev_env(tmp_path, http_port, grpc_port, XMTP_PUSH_HTTP_ENABLED="false")
+    with started(["dev"], env, tmp_path) as process:
+        wait_healthy(process, http_port)
+        with pytest.raises(grpc.RpcError) as raised:
+            register_webhook(grpc_port, b"\x07" * 32)
+        assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        code, _, err = stop(process, signal.SIGTERM)
+        assert code == 0, err
+
+
+def test_dev_with_an_occupied_port_fails(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        env = dev_env(tmp_path, taken, free_port())
+        with started(["dev"], env, tmp_path) as process:
+            try:
+                process.wait(timeout=START_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pytest.fail("xmtp-push kept running although its HTTP port was taken")
+            assert process.returncode != 0

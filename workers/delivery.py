@@ -1,0 +1,181 @@
+"""Delivery worker for one channel: reads its stream, sends with bounded concurrency, records outcomes.
+
+Reading never waits for a batch to finish: each attempt frees its slot when it
+ends, and finished attempts are acknowledged together every few milliseconds.
+One slow receiver holds only its own slots; other channels have their own
+workers and streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from app.core import metrics
+from app.delivery.jobs import DeliveryJob, Retry, next_step
+from app.delivery.provider import Provider
+from app.delivery.types import Outcome, OutcomeKind, Target
+from app.queue.base import Commit, Delayed, Entry, WorkQueue, delivery_stream
+from app.recipients import repository as repo
+from app.recipients.models import Recipient
+from app.recipients.types import Channel
+from app.runtime import Runtime
+
+log = logging.getLogger(__name__)
+READ_BLOCK_SECONDS = 1.0
+FLUSH_SECONDS = 0.005
+FLUSH_SIZE = 256
+
+
+@dataclass(slots=True)
+class _Work:
+    entry: Entry
+    job: DeliveryJob
+    recipient: Recipient
+
+
+class DeliveryWorker:
+    def __init__(self, runtime: Runtime, queue: WorkQueue, provider: Provider, consumer: str) -> None:
+        self.runtime = runtime
+        self.queue = queue
+        self.provider = provider
+        self.consumer = consumer
+        self.channel = provider.channel_label
+        self.stream = delivery_stream(self.channel)
+        settings = runtime.settings
+        self.capacity = settings.delivery_concurrency
+        self.max_attempts = settings.max_attempts
+        self.retry_base = settings.retry_base_seconds
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._finished = Commit()
+        self._paused_until = 0.0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        flusher = asyncio.create_task(self._flush_loop())
+        try:
+            while not stop.is_set():
+                try:
+                    await self._read_once()
+                except Exception:
+                    # Entries read but not started stay pending and are reclaimed later.
+                    log.exception("%s delivery loop failed; continuing", self.channel)
+                    await asyncio.sleep(READ_BLOCK_SECONDS)
+        finally:
+            await self._drain()
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+            await self._flush()
+
+    async def _read_once(self) -> None:
+        await self._wait_for_pause()
+        if len(self._tasks) >= self.capacity:
+            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+            return
+        free = self.capacity - len(self._tasks)
+        entries = await self.queue.read(self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS)
+        if entries:
+            await self._dispatch(entries)
+
+    async def _wait_for_pause(self) -> None:
+        remaining = self._paused_until - time.time()
+        if remaining > 0:
+            await asyncio.sleep(min(remaining, READ_BLOCK_SECONDS))
+
+    async def _dispatch(self, entries: list[Entry]) -> None:
+        jobs = [(entry, _decode(entry)) for entry in entries]
+        for entry, job in jobs:
+            if job is None:
+                self._finished.ack.append(entry.id)
+        decoded = [(entry, job) for entry, job in jobs if job is not None]
+        async with self.runtime.sessions() as session:
+            recipients = await repo.targets_by_id(session, [job.recipient_id for _, job in decoded])
+        claims = await self.queue.claim_once(
+            [(job.dedup_key, job.job_id) for _, job in decoded], self.runtime.settings.dedup_ttl_seconds
+        )
+        for (entry, job), first in zip(decoded, claims, strict=True):
+            self._route(entry, job, recipients.get(job.recipient_id), first)
+
+    def _route(self, entry: Entry, job: DeliveryJob, recipient: Recipient | None, first: bool) -> None:
+        if recipient is None or not first:  # unregistered since, or already sent
+            self._finished.ack.append(entry.id)
+            return
+        label = Channel(recipient.channel).label
+        if label != self.channel:  # re-registered on another channel: hand it over
+            self._finished.ack.append(entry.id)
+            self._finished.add_to(delivery_stream(label), job.encode())
+            return
+        self._start(_Work(entry, job, recipient))
+
+    def _start(self, work: _Work) -> None:
+        task = asyncio.create_task(self._attempt(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _attempt(self, work: _Work) -> None:
+        target = _target(work.recipient)
+        metrics.inflight.labels(self.channel).inc()
+        started = time.perf_counter()
+        try:
+            outcome = await self.provider.send(work.job.hint, target)
+        finally:
+            metrics.inflight.labels(self.channel).dec()
+        metrics.delivery_seconds.labels(self.channel).observe(time.perf_counter() - started)
+        await self._record(work, target, outcome)
+
+    async def _record(self, work: _Work, target: Target, outcome: Outcome) -> None:
+        if outcome.pause_channel and outcome.delay_seconds:
+            self._paused_until = max(self._paused_until, time.time() + outcome.delay_seconds)
+        step = next_step(work.job, outcome, self.max_attempts, self.retry_base)
+        if isinstance(step, Retry):
+            due = time.time() + step.delay_seconds
+            self._finished.delay.append(Delayed(self.stream, step.job.encode(), due))
+        else:
+            metrics.deliveries_total.labels(self.channel, step.kind.value).inc()
+            if step.kind is OutcomeKind.DEAD:
+                await self._delete_dead(work.job.recipient_id, target)
+        self._finished.ack.append(work.entry.id)
+
+    async def _delete_dead(self, recipient_id: bytes, target: Target) -> None:
+        try:
+            async with self.runtime.sessions() as session, session.begin():
+                deleted = await repo.delete_if_unchanged(
+                    session, recipient_id, target.channel, target.address, target.signing_key, target.secret_hash
+                )
+        except Exception:
+            log.exception("could not delete a dead %s recipient", self.channel)
+            return
+        if deleted:
+            metrics.recipients_total.labels("dead").inc()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if not self._finished:
+            return
+        commit, self._finished = self._finished, Commit()
+        try:
+            await self.queue.commit(self.stream, commit)
+        except Exception:
+            # Unacknowledged entries are reclaimed and retried later; nothing is lost.
+            log.exception("could not acknowledge %d %s deliveries", len(commit.ack), self.channel)
+
+    async def _drain(self) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=self.runtime.settings.http_timeout_seconds + 5)
+
+
+def _decode(entry: Entry) -> DeliveryJob | None:
+    try:
+        return DeliveryJob.decode(entry.payload)
+    except (ValueError, TypeError, KeyError):
+        log.error("dropping an undecodable delivery entry")
+        return None
+
+
+def _target(recipient: Recipient) -> Target:
+    return Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)

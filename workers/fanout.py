@@ -1,0 +1,73 @@
+"""Fan-out worker: envelopes in, one delivery job per eligible subscriber out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from app.core import metrics
+from app.fanout.jobs import FanoutJob
+from app.fanout.service import FanoutPage, fan_out_page
+from app.queue.base import ENVELOPES, Commit, Entry, WorkQueue, delivery_stream
+from app.recipients.types import Channel
+from app.runtime import Runtime
+
+log = logging.getLogger(__name__)
+READ_BLOCK_SECONDS = 1.0
+ENTRIES_PER_READ = 8
+
+
+class FanoutWorker:
+    def __init__(self, runtime: Runtime, queue: WorkQueue, consumer: str) -> None:
+        self.runtime = runtime
+        self.queue = queue
+        self.consumer = consumer
+        self.page_size = runtime.settings.fanout_page_size
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                entries = await self.queue.read(ENVELOPES, self.consumer, ENTRIES_PER_READ, READ_BLOCK_SECONDS)
+                for entry in entries:
+                    await self._handle(entry)
+            except Exception:
+                # What was not acknowledged is reclaimed and fanned out again later.
+                log.exception("fan-out loop failed; continuing")
+                await asyncio.sleep(READ_BLOCK_SECONDS)
+
+    async def _handle(self, entry: Entry) -> None:
+        commit = Commit(ack=[entry.id])
+        try:
+            job = FanoutJob.decode(entry.payload)
+        except (ValueError, TypeError, KeyError):
+            log.error("dropping an undecodable envelope entry")
+            await self.queue.commit(ENVELOPES, commit)
+            return
+        async with self.runtime.sessions() as session:
+            page = await fan_out_page(session, job, self.page_size)
+        _add_follow_up(commit, page)
+        await self.queue.commit(ENVELOPES, commit)
+        _count(job, page)
+
+
+def _add_follow_up(commit: Commit, page: FanoutPage) -> None:
+    for channel, jobs in page.deliveries.items():
+        stream = delivery_stream(Channel(channel).label)
+        commit.add.setdefault(stream, []).extend(job.encode() for job in jobs)
+    if page.next_job is not None:
+        commit.add_to(ENVELOPES, page.next_job.encode())
+
+
+def _count(job: FanoutJob, page: FanoutPage) -> None:
+    if job.first_page:
+        metrics.envelopes_total.labels("fanned_out" if page.eligible else "ineligible").inc()
+    for channel, count in page.suppressed.items():
+        metrics.deliveries_total.labels(Channel(channel).label, "suppressed").inc(count)
+
+
+async def run_fanout(runtime: Runtime, queue: WorkQueue, consumer: str, stop: asyncio.Event) -> None:
+    loops: Sequence[FanoutWorker] = [
+        FanoutWorker(runtime, queue, f"{consumer}-fanout-{n}") for n in range(runtime.settings.fanout_concurrency)
+    ]
+    await asyncio.gather(*(loop.run(stop) for loop in loops))

@@ -1,0 +1,83 @@
+"""A worker process: fan-out, one delivery worker per configured channel, retries, gauges."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+
+from app.core import metrics
+from app.delivery.provider import Provider
+from app.delivery.providers.webhook import WebhookProvider
+from app.delivery.url_policy import UrlPolicy
+from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
+from app.recipients.types import Channel
+from app.runtime import Runtime
+from workers.delivery import DeliveryWorker
+from workers.fanout import run_fanout
+
+log = logging.getLogger(__name__)
+PROMOTE_BATCH = 1000
+PROMOTE_IDLE_SECONDS = 0.05
+GAUGE_SECONDS = 5.0
+
+
+def build_providers(runtime: Runtime) -> list[Provider]:
+    """One provider per configured channel, with its long-lived client."""
+    settings = runtime.settings
+    providers: list[Provider] = []
+    if settings.http_enabled:
+        providers.append(WebhookProvider(UrlPolicy.from_settings(settings), settings.http_timeout_seconds))
+    return providers
+
+
+def consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
+    queue = runtime.queue
+    if queue is None:
+        raise RuntimeError("workers need a queue")
+    consumer = consumer_name()
+    providers = build_providers(runtime)
+    try:
+        await asyncio.gather(
+            run_fanout(runtime, queue, consumer, stop),
+            *(DeliveryWorker(runtime, queue, p, f"{consumer}-{p.channel_label}").run(stop) for p in providers),
+            promote_retries(queue, stop),
+            report_depths(queue, stop),
+        )
+    finally:
+        for provider in providers:
+            await provider.close()
+
+
+async def promote_retries(queue: WorkQueue, stop: asyncio.Event) -> None:
+    """Move retries that are due back onto their channel's stream."""
+    while not stop.is_set():
+        try:
+            moved = await queue.promote_due(time.time(), PROMOTE_BATCH)
+        except Exception:
+            log.exception("could not promote due retries")
+            moved = 0
+        if moved < PROMOTE_BATCH:
+            await _wait(stop, PROMOTE_IDLE_SECONDS)
+
+
+async def report_depths(queue: WorkQueue, stop: asyncio.Event) -> None:
+    streams = [ENVELOPES, *(delivery_stream(c.label) for c in Channel if c is not Channel.UNSPECIFIED)]
+    while not stop.is_set():
+        with contextlib.suppress(Exception):
+            for stream in streams:
+                metrics.queue_depth.labels(stream).set(await queue.depth(stream))
+            metrics.queue_depth.labels("retries").set(await queue.delayed_count())
+        await _wait(stop, GAUGE_SECONDS)
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
