@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         settings = load_settings()
+        if args.command != "migrate":
+            from app.delivery.credentials import check_credentials
+
+            check_credentials(settings)
     except SettingsError as error:
         print(f"xmtp-push: {error}", file=sys.stderr)
         return 2

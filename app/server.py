@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import uvicorn
@@ -22,7 +23,7 @@ from workers.sweeper import run_sweeper
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 10
 # A background job runs until `stop` is set, then finishes what it holds.
-BackgroundJob = Callable[[Runtime, asyncio.Event], Awaitable[None]]
+BackgroundJob = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
 
 
 class _HttpServer(uvicorn.Server):

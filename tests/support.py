@@ -21,9 +21,11 @@ from app.core.migrations import upgrade
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.runtime import Runtime, open_runtime
 from app.server import running_api
+from tests import keys
 
-POSTGRES_ADMIN_DSN = os.environ.get("XMTP_PUSH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-TEST_APNS_KEY = "-----BEGIN PRIVATE KEY-----\nnot-validated-until-the-apns-provider\n-----END PRIVATE KEY-----"
+POSTGRES_ADMIN_DSN = os.environ.get(
+    "XMTP_PUSH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 
 
 async def create_postgres_database() -> str:
@@ -63,11 +65,11 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "http_port": 0,
         "grpc_host": "127.0.0.1",
         "grpc_port": 0,
-        "apns_key": TEST_APNS_KEY,
+        "apns_key": keys.apns_key_pem(),
         "apns_key_id": "KEYID12345",
         "apns_team_id": "TEAMID1234",
         "apns_bundle_id": "org.example.app",
-        "fcm_service_account": '{"project_id": "test-project"}',
+        "fcm_service_account": keys.service_account(),
         "http_enabled": True,
         "http_allow_insecure": True,
         "http_allow_private_addresses": True,

@@ -10,7 +10,10 @@ import socket
 import time
 
 from app.core import metrics
+from app.delivery.credentials import apns_credentials, fcm_credentials
 from app.delivery.provider import Provider
+from app.delivery.providers.apns import ApnsProvider
+from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookProvider
 from app.delivery.url_policy import UrlPolicy
 from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
@@ -29,6 +32,13 @@ def build_providers(runtime: Runtime) -> list[Provider]:
     """One provider per configured channel, with its long-lived client."""
     settings = runtime.settings
     providers: list[Provider] = []
+    timeout = settings.http_timeout_seconds
+    apns = apns_credentials(settings)
+    if apns is not None:
+        providers.append(ApnsProvider(apns, timeout))
+    fcm = fcm_credentials(settings)
+    if fcm is not None:
+        providers.append(FcmProvider(fcm, timeout))
     if settings.http_enabled:
         providers.append(WebhookProvider(UrlPolicy.from_settings(settings), settings.http_timeout_seconds))
     return providers

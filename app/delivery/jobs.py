@@ -80,5 +80,5 @@ def next_step(job: DeliveryJob, outcome: Outcome, max_attempts: int, base_second
 
 def backoff(attempt: int, base_seconds: float) -> float:
     """Exponential with jitter: base * 2^(attempt-1), times a random factor in [0.5, 1.5)."""
-    ceiling = min(MAX_BACKOFF_SECONDS, base_seconds * 2 ** (attempt - 1))
+    ceiling = min(MAX_BACKOFF_SECONDS, base_seconds * 2.0 ** (attempt - 1))
     return ceiling * (0.5 + random.random())

@@ -16,7 +16,8 @@ from redis.exceptions import ResponseError
 
 from app.queue.base import Commit, Entry
 
-GROUP = b"workers"
+GROUP_NAME = "workers"
+GROUP = GROUP_NAME.encode()
 FIELD = b"p"
 PREFIX = "xmtp-push:"
 DELAYED_KEY = PREFIX + "delayed"
@@ -58,7 +59,10 @@ class RedisQueue:
 
     @classmethod
     def from_url(cls, url: str, reclaim_seconds: float) -> RedisQueue:
-        redis = Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10, health_check_interval=30)
+        # RESP2 replies (lists of [id, fields]); the parsing below relies on that shape.
+        redis = Redis.from_url(
+            url, protocol=2, socket_timeout=30, socket_connect_timeout=10, health_check_interval=30
+        )
         return cls(redis, reclaim_seconds)
 
     @staticmethod
@@ -89,7 +93,9 @@ class RedisQueue:
         entries = await self._reclaim(key, consumer, count)
         if len(entries) < count:
             block = max(1, int(block_seconds * 1000)) if not entries else None
-            reply = await self._redis.xreadgroup(GROUP, consumer, {key: ">"}, count=count - len(entries), block=block)
+            reply: Any = await self._redis.xreadgroup(
+                GROUP_NAME, consumer, {key: ">"}, count=count - len(entries), block=block
+            )
             entries.extend(_entries(reply[0][1]) if reply else [])
         return entries
 

@@ -1,0 +1,126 @@
+"""FCM channel: data-only background hints through firebase-admin's async API.
+
+firebase-admin (pinned to 7.7) is used for what it does well: the message
+model, OAuth2 from the service account (its own token_uri, so a local token
+endpoint works in tests), the async HTTP/2 client and the mapping of FCM error
+bodies to exceptions. Three things are adjusted, all in this module: the base
+URL (XMTP_PUSH_FCM_ENDPOINT), the library's own retries (off: retries go
+through our queue), and the Android priority, written as the API's enum name.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import warnings
+from typing import Any
+
+import firebase_admin
+from firebase_admin import credentials as firebase_credentials
+from firebase_admin import exceptions, messaging
+from firebase_admin._http_client import HttpxAsyncClient
+from firebase_admin._retry import HttpxRetry
+
+from app.delivery.credentials import FcmCredentials
+from app.delivery.types import DELIVERED, MISMATCH, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
+
+QUOTA_DELAY_DEFAULT, QUOTA_DELAY_MIN, QUOTA_DELAY_MAX = 60.0, 60.0, 300.0
+# firebase-admin exception or error code -> outcome (quota is handled apart: it pauses the channel).
+EXCEPTION_OUTCOMES: tuple[tuple[type[Exception], Outcome], ...] = (
+    (messaging.UnregisteredError, Outcome(OutcomeKind.DEAD)),
+    (messaging.SenderIdMismatchError, MISMATCH),
+)
+CODE_OUTCOMES: dict[str, Outcome] = {
+    exceptions.UNAVAILABLE: TRANSIENT,
+    exceptions.INTERNAL: TRANSIENT,
+    exceptions.DEADLINE_EXCEEDED: TRANSIENT,
+    exceptions.UNKNOWN: TRANSIENT,  # transport errors with no response
+}
+TRANSIENT_STATUSES = {500, 503}
+
+
+def fcm_message(hint: Hint, token: str) -> messaging.Message:
+    with warnings.catch_warnings():
+        # The v1 API's field is still `token`; the library prefers a newer name.
+        warnings.filterwarnings("ignore", message="Message.token is deprecated", category=DeprecationWarning)
+        return messaging.Message(
+            token=token,
+            data={"topic": base64.b64encode(hint.topic).decode(), "sequence_id": str(hint.sequence_id)},
+            android=messaging.AndroidConfig(priority="high"),
+            apns=messaging.APNSConfig(
+                headers={"apns-priority": "5", "apns-push-type": "background"},
+                payload=messaging.APNSPayload(aps=messaging.Aps(content_available=True)),
+            ),
+        )
+
+
+def outcome_for_error(error: BaseException | None) -> Outcome:
+    if isinstance(error, messaging.QuotaExceededError) or _status(error) == 429:
+        return Outcome(OutcomeKind.TRANSIENT, delay_seconds=_quota_delay(error), pause_channel=True)
+    for kind, outcome in EXCEPTION_OUTCOMES:
+        if isinstance(error, kind):
+            return outcome
+    if _status(error) in TRANSIENT_STATUSES:
+        return TRANSIENT
+    code = getattr(error, "code", None)
+    return CODE_OUTCOMES.get(code, REJECTED) if isinstance(code, str) else REJECTED
+
+
+def _status(error: BaseException | None) -> int | None:
+    response = getattr(error, "http_response", None)
+    return getattr(response, "status_code", None)
+
+
+def _quota_delay(error: BaseException | None) -> float:
+    response = getattr(error, "http_response", None)
+    raw = response.headers.get("retry-after") if response is not None else None
+    try:
+        delay = float(raw) if raw is not None else QUOTA_DELAY_DEFAULT
+    except ValueError:
+        delay = QUOTA_DELAY_DEFAULT
+    return min(QUOTA_DELAY_MAX, max(QUOTA_DELAY_MIN, delay))
+
+
+class _EndpointMessagingService(messaging._MessagingService):
+    def __init__(self, app: firebase_admin.App, endpoint: str, timeout_seconds: float) -> None:
+        super().__init__(app)
+        self._fcm_url = f"{endpoint}/v1/projects/{self._project_id}/messages:send"
+        self._async_client = HttpxAsyncClient(
+            credential=self._credential, timeout=timeout_seconds, retry_config=HttpxRetry(max_retries=0)
+        )
+
+    def _message_data(self, message: messaging.Message, dry_run: bool) -> dict[str, Any]:
+        data: dict[str, Any] = super()._message_data(message, dry_run)
+        android = data["message"].get("android")
+        if android and "priority" in android:
+            android["priority"] = android["priority"].upper()
+        return data
+
+
+class FcmProvider:
+    channel_label = "fcm"
+
+    def __init__(self, credentials: FcmCredentials, timeout_seconds: float) -> None:
+        account = credentials.service_account
+        name = "xmtp-push-" + hashlib.sha256(f"{account['project_id']}/{account['client_email']}".encode()).hexdigest()[:16]
+        try:
+            self._app = firebase_admin.get_app(name)
+        except ValueError:
+            certificate = firebase_credentials.Certificate(account)
+            self._app = firebase_admin.initialize_app(
+                certificate, {"projectId": credentials.project_id, "httpTimeout": timeout_seconds}, name=name
+            )
+        self._service = _EndpointMessagingService(self._app, credentials.endpoint, timeout_seconds)
+
+    async def send(self, hint: Hint, target: Target) -> Outcome:
+        try:
+            batch = await self._service.send_each_async([fcm_message(hint, target.address)], dry_run=False)
+        except exceptions.FirebaseError as error:
+            return outcome_for_error(error)
+        except Exception:  # OAuth token endpoint or transport trouble: try again later
+            return TRANSIENT
+        response = batch.responses[0]
+        return DELIVERED if response.success else outcome_for_error(response.exception)
+
+    async def close(self) -> None:
+        await self._service._async_client.aclose()
