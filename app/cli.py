@@ -13,6 +13,7 @@ COMMANDS = {
     "dev": "everything in one process on embedded defaults (SQLite, in-process queue); migrates first",
     "api": "HTTP API (Connect, ingest, health, metrics) and gRPC API",
     "worker": "fan-out and delivery workers (needs XMTP_PUSH_REDIS_URL); run as many as you like",
+    "listen": "the xmtpd firehose listener (one per deployment; needs XMTP_PUSH_XMTPD_ADDRESS and REDIS_URL)",
     "migrate": "apply database migrations (alembic upgrade head)",
 }
 
@@ -48,6 +49,16 @@ def _worker(settings: Settings) -> None:
     asyncio.run(serve_worker(settings))
 
 
+def _listen(settings: Settings) -> None:
+    from app.server import serve_listener
+
+    if not settings.xmtpd_address:
+        _refuse("XMTP_PUSH_XMTPD_ADDRESS: required by `listen`")
+    if not settings.redis_url:
+        _refuse("XMTP_PUSH_REDIS_URL: required by `listen`")
+    asyncio.run(serve_listener(settings))
+
+
 def _dev(settings: Settings) -> None:
     from app.server import serve_dev
 
@@ -60,7 +71,7 @@ def _refuse(message: str) -> None:
     raise SystemExit(2)
 
 
-RUNNERS = {"dev": _dev, "api": _api, "worker": _worker, "migrate": _migrate}
+RUNNERS = {"dev": _dev, "api": _api, "worker": _worker, "listen": _listen, "migrate": _migrate}
 
 
 def main(argv: list[str] | None = None) -> int:

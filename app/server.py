@@ -17,6 +17,7 @@ from app.api.grpc_server import start_grpc_server
 from app.api.main import create_app
 from app.core.config import Settings
 from app.runtime import Runtime, open_runtime
+from workers.listener import run_listener
 from workers.runner import run_workers
 from workers.sweeper import run_sweeper
 
@@ -110,7 +111,18 @@ async def serve_api(settings: Settings, jobs: Sequence[BackgroundJob] = (), *, i
 
 
 async def serve_dev(settings: Settings) -> None:
-    await serve_api(settings, [run_workers], in_process_queue=True)
+    jobs: list[BackgroundJob] = [run_workers]
+    if settings.xmtpd_address:
+        jobs.append(run_listener)
+    await serve_api(settings, jobs, in_process_queue=True)
+
+
+async def serve_listener(settings: Settings) -> None:
+    stop = _stop_on_signals()
+    async with open_runtime(settings) as runtime:
+        log.info("listener started")
+        await run_listener(runtime, stop)
+        log.info("listener stopped")
 
 
 async def serve_worker(settings: Settings) -> None:

@@ -25,3 +25,13 @@ delivery_seconds = Histogram(
 )
 queue_depth = Gauge("xmtp_push_queue_depth", "Entries waiting or in flight", ["queue"])
 inflight = Gauge("xmtp_push_inflight", "Delivery attempts in flight", ["channel"])
+
+listener_envelopes_total = Counter(
+    "xmtp_push_listener_envelopes", "Envelopes seen on the network, by topic kind", ["kind"]
+)  # group_message | welcome | identity_update | key_package | payer_report | ... | malformed
+listener_dropped_total = Counter(
+    "xmtp_push_listener_dropped", "Envelopes not queued", ["reason"]
+)  # duplicate | not_pushable | stale | malformed
+listener_reconnects_total = Counter("xmtp_push_listener_reconnects", "Firehose streams reopened")
+listener_catchup_total = Counter("xmtp_push_listener_catchup_envelopes", "Envelopes read by catch-up queries")
+listener_lag_seconds = Gauge("xmtp_push_listener_lag_seconds", "Now minus originator_ns of the newest envelope")
