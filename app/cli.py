@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from app.core.config import Settings, SettingsError, load_settings
+from app.core.logging import configure_logging
 
 COMMANDS = {
     "dev": "everything in one process on embedded defaults (SQLite, in-process queue); migrates first",
@@ -76,9 +76,10 @@ RUNNERS = {"dev": _dev, "api": _api, "worker": _worker, "listen": _listen, "migr
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
     try:
         settings = load_settings()
+        configure_logging(settings.log_level)
         if args.command != "migrate":
             from app.delivery.credentials import check_credentials
 

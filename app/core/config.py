@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     grpc_port: int = Field(50051, ge=0, le=65535)
     ingest_token: str | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     recipient_ttl_seconds: int = Field(2_592_000, ge=86_400)
     max_attempts: int = Field(3, ge=1, le=10)
