@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.database import create_engine, create_session_factory
+from app.queue.activity import ActivityLog, MemoryActivityLog, RedisActivityLog
 from app.queue.base import WorkQueue
 from app.queue.memory import MemoryQueue
 from app.queue.redis_streams import RedisQueue
@@ -25,6 +26,8 @@ class Runtime:
     rules: RecipientRules
     # Redis when configured; the in-process queue only where the caller allows it (dev).
     queue: WorkQueue | None = None
+    # Recent outcomes and listener lag for stats and /status (beside the queue).
+    activity: ActivityLog | None = None
 
     async def queue_ready(self) -> bool:
         return self.queue is None or await self.queue.ping()
@@ -38,18 +41,19 @@ class Runtime:
         return True
 
 
-def _open_queue(settings: Settings, in_process_queue: bool) -> WorkQueue | None:
+def _open_queue(settings: Settings, in_process_queue: bool) -> tuple[WorkQueue | None, ActivityLog | None]:
     if settings.redis_url:
-        return RedisQueue.from_url(settings.redis_url, settings.queue_reclaim_seconds)
+        queue = RedisQueue.from_url(settings.redis_url, settings.queue_reclaim_seconds)
+        return queue, RedisActivityLog(queue.redis)
     if in_process_queue:
-        return MemoryQueue(settings.queue_reclaim_seconds)
-    return None
+        return MemoryQueue(settings.queue_reclaim_seconds), MemoryActivityLog()
+    return None, None
 
 
 @asynccontextmanager
 async def open_runtime(settings: Settings, *, in_process_queue: bool = False) -> AsyncIterator[Runtime]:
     engine = create_engine(settings)
-    queue = _open_queue(settings, in_process_queue)
+    queue, activity = _open_queue(settings, in_process_queue)
     try:
         yield Runtime(
             settings=settings,
@@ -57,6 +61,7 @@ async def open_runtime(settings: Settings, *, in_process_queue: bool = False) ->
             sessions=create_session_factory(engine),
             rules=RecipientRules.from_settings(settings),
             queue=queue,
+            activity=activity,
         )
     finally:
         if queue is not None:

@@ -9,8 +9,10 @@ workers and streams.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from app.core import metrics
@@ -50,6 +52,7 @@ class DeliveryWorker:
         self.retry_base = settings.retry_base_seconds
         self._tasks: set[asyncio.Task[None]] = set()
         self._finished = Commit()
+        self._tally: Counter[tuple[str, str]] = Counter()
         self._paused_until = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -133,6 +136,7 @@ class DeliveryWorker:
             self._finished.delay.append(Delayed(self.stream, step.job.encode(), due))
         else:
             metrics.deliveries_total.labels(self.channel, step.kind.value).inc()
+            self._tally[(self.channel, step.kind.value)] += 1
             if step.kind is OutcomeKind.DEAD:
                 await self._delete_dead(work.job.recipient_id, target)
         self._finished.ack.append(work.entry.id)
@@ -141,7 +145,12 @@ class DeliveryWorker:
         try:
             async with self.runtime.sessions() as session, session.begin():
                 deleted = await repo.delete_if_unchanged(
-                    session, recipient_id, target.channel, target.address, target.signing_key, target.secret_hash
+                    session,
+                    recipient_id,
+                    target.channel,
+                    target.address,
+                    target.signing_key,
+                    target.secret_hash,
                 )
         except Exception:
             log.exception("could not delete a dead %s recipient", self.channel)
@@ -155,6 +164,10 @@ class DeliveryWorker:
             await self._flush()
 
     async def _flush(self) -> None:
+        if self._tally and self.runtime.activity is not None:
+            tally, self._tally = self._tally, Counter()
+            with contextlib.suppress(Exception):  # telemetry only; never blocks delivery
+                await self.runtime.activity.record(tally, time.time())
         if not self._finished:
             return
         commit, self._finished = self._finished, Commit()

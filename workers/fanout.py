@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Sequence
 
 from app.core import metrics
@@ -28,7 +30,9 @@ class FanoutWorker:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                entries = await self.queue.read(ENVELOPES, self.consumer, ENTRIES_PER_READ, READ_BLOCK_SECONDS)
+                entries = await self.queue.read(
+                    ENVELOPES, self.consumer, ENTRIES_PER_READ, READ_BLOCK_SECONDS
+                )
                 for entry in entries:
                     await self._handle(entry)
             except Exception:
@@ -68,6 +72,7 @@ def _count(job: FanoutJob, page: FanoutPage) -> None:
 
 async def run_fanout(runtime: Runtime, queue: WorkQueue, consumer: str, stop: asyncio.Event) -> None:
     loops: Sequence[FanoutWorker] = [
-        FanoutWorker(runtime, queue, f"{consumer}-fanout-{n}") for n in range(runtime.settings.fanout_concurrency)
+        FanoutWorker(runtime, queue, f"{consumer}-fanout-{n}")
+        for n in range(runtime.settings.fanout_concurrency)
     ]
     await asyncio.gather(*(loop.run(stop) for loop in loops))

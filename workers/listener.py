@@ -27,6 +27,7 @@ from app.network.decoding import MalformedEnvelope, NetworkEnvelope, decode
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as envelopes
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
+from app.queue.activity import ListenerState
 from app.queue.base import WorkQueue
 from app.runtime import Runtime
 
@@ -61,6 +62,7 @@ class Listener:
         self.marks: dict[int, int] = {}
         self._dirty: dict[int, int] = {}
         self._last_save = 0.0
+        self._lag_seconds = 0.0
         self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -105,13 +107,17 @@ class Listener:
 
     def _channel(self) -> grpc.aio.Channel:
         if self.tls:
-            return grpc.aio.secure_channel(self.address, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS)
+            return grpc.aio.secure_channel(
+                self.address, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS
+            )
         return grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
 
     async def _next(self, stream: object, stop: asyncio.Event) -> api.SubscribeEnvelopesResponse:
         read = asyncio.ensure_future(stream.read())  # type: ignore[attr-defined]
         stopped = asyncio.ensure_future(stop.wait())
-        done, _ = await asyncio.wait({read, stopped}, timeout=self.silence_seconds, return_when="FIRST_COMPLETED")
+        done, _ = await asyncio.wait(
+            {read, stopped}, timeout=self.silence_seconds, return_when="FIRST_COMPLETED"
+        )
         stopped.cancel()
         if read not in done:
             read.cancel()
@@ -131,7 +137,8 @@ class Listener:
         while True:
             request = api.QueryEnvelopesRequest(
                 query=api.EnvelopesQuery(
-                    originator_node_ids=[node], last_seen=envelopes.Cursor(node_id_to_sequence_id={node: mark})
+                    originator_node_ids=[node],
+                    last_seen=envelopes.Cursor(node_id_to_sequence_id={node: mark}),
                 ),
                 limit=PAGE_LIMIT,
             )
@@ -142,7 +149,9 @@ class Listener:
                 return
             mark = newest[node]
 
-    async def _ingest(self, batch: Sequence[envelopes.OriginatorEnvelope], *, catch_up: bool) -> dict[int, int]:
+    async def _ingest(
+        self, batch: Sequence[envelopes.OriginatorEnvelope], *, catch_up: bool
+    ) -> dict[int, int]:
         """Decode, dedupe and queue one response or page; returns the highest sequence per originator."""
         pushable: list[Envelope] = []
         newest: dict[int, int] = {}
@@ -161,7 +170,8 @@ class Listener:
                 metrics.listener_dropped_total.labels("stale").inc()
             else:
                 pushable.append(item.envelope)
-            metrics.listener_lag_seconds.set(max(0.0, (now_ns - item.originator_ns) / 1e9))
+            self._lag_seconds = max(0.0, (now_ns - item.originator_ns) / 1e9)
+            metrics.listener_lag_seconds.set(self._lag_seconds)
         if pushable:
             await enqueue_envelopes(self.queue, pushable)
         self._raise_marks(newest)
@@ -204,11 +214,18 @@ class Listener:
             log.exception("could not store listener marks; will retry")
             return
         self._last_save = time.monotonic()
+        await self._report_lag()
+
+    async def _report_lag(self) -> None:
+        activity = self.runtime.activity
+        if activity is not None:
+            with contextlib.suppress(Exception):  # telemetry only
+                await activity.set_listener(ListenerState(self._lag_seconds, time.time()))
 
 
 def backoff(failures: int) -> float:
     """Capped exponential with full jitter; a short pause even after a healthy stream ended."""
-    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** failures)
+    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0**failures)
     return random.uniform(ceiling / 2, ceiling)
 
 

@@ -1,0 +1,120 @@
+"""Recent delivery activity shared by every process: per-minute outcome counts and the listener's lag.
+
+Prometheus counters live in each process; operators' `xmtp-push stats` and the
+/status page need the whole deployment's last hour, so workers also add their
+counts to per-minute buckets here (in Redis, or in-process for `dev`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from redis.asyncio import Redis
+
+BUCKET_SECONDS = 60
+KEEP_SECONDS = 2 * 3600
+PREFIX = "xmtp-push:activity:"
+LISTENER_KEY = "xmtp-push:listener"
+
+Tally = Mapping[tuple[str, str], int]  # (channel, outcome) -> count
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCount:
+    minute: int  # Unix seconds at the start of the minute
+    channel: str
+    outcome: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerState:
+    lag_seconds: float
+    updated: float  # Unix seconds
+
+
+class ActivityLog(Protocol):
+    async def record(self, tally: Tally, now: float) -> None: ...
+
+    async def since(self, since: float, now: float) -> list[MinuteCount]: ...
+
+    async def set_listener(self, state: ListenerState) -> None: ...
+
+    async def listener(self) -> ListenerState | None: ...
+
+
+def _minute(moment: float) -> int:
+    return int(moment) // BUCKET_SECONDS * BUCKET_SECONDS
+
+
+def _minutes(since: float, now: float) -> range:
+    return range(_minute(since), _minute(now) + 1, BUCKET_SECONDS)
+
+
+class MemoryActivityLog:
+    def __init__(self) -> None:
+        self._buckets: dict[int, Counter[tuple[str, str]]] = {}
+        self._listener: ListenerState | None = None
+
+    async def record(self, tally: Tally, now: float) -> None:
+        self._buckets.setdefault(_minute(now), Counter()).update(tally)
+        for minute in [m for m in self._buckets if m < now - KEEP_SECONDS]:
+            del self._buckets[minute]
+
+    async def since(self, since: float, now: float) -> list[MinuteCount]:
+        return [
+            MinuteCount(minute, channel, outcome, count)
+            for minute in _minutes(since, now)
+            for (channel, outcome), count in sorted(self._buckets.get(minute, Counter()).items())
+        ]
+
+    async def set_listener(self, state: ListenerState) -> None:
+        self._listener = state
+
+    async def listener(self) -> ListenerState | None:
+        return self._listener
+
+
+class RedisActivityLog:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def record(self, tally: Tally, now: float) -> None:
+        if not tally:
+            return
+        key = f"{PREFIX}{_minute(now)}"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for (channel, outcome), count in tally.items():
+                pipe.hincrby(key, f"{channel}|{outcome}", count)
+            pipe.expire(key, KEEP_SECONDS)
+            await pipe.execute()
+
+    async def since(self, since: float, now: float) -> list[MinuteCount]:
+        minutes = list(_minutes(since, now))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for minute in minutes:
+                pipe.hgetall(f"{PREFIX}{minute}")
+            buckets = await pipe.execute()
+        counts = []
+        for minute, bucket in zip(minutes, buckets, strict=True):
+            for field, value in sorted(bucket.items()):
+                channel, _, outcome = _text(field).partition("|")
+                counts.append(MinuteCount(minute, channel, outcome, int(value)))
+        return counts
+
+    async def set_listener(self, state: ListenerState) -> None:
+        await self._redis.hset(LISTENER_KEY, mapping={"lag": state.lag_seconds, "updated": state.updated})
+
+    async def listener(self) -> ListenerState | None:
+        raw = await self._redis.hgetall(LISTENER_KEY)
+        if not raw:
+            return None
+        values = {_text(k): float(v) for k, v in raw.items()}
+        return ListenerState(values["lag"], values["updated"])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
