@@ -23,6 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         commands.add_parser(name, help=help_text, description=help_text)
+    from app.ops.commands import add_parsers
+
+    add_parsers(commands)
     return parser
 
 
@@ -36,8 +39,10 @@ def _api(settings: Settings) -> None:
     from app.server import serve_api
 
     if settings.ingest_token and not settings.redis_url:
-        _refuse("XMTP_PUSH_REDIS_URL: required by `api` when XMTP_PUSH_INGEST_TOKEN is set "
-                "(the in-process queue serves only `dev`)")
+        _refuse(
+            "XMTP_PUSH_REDIS_URL: required by `api` when XMTP_PUSH_INGEST_TOKEN is set "
+            "(the in-process queue serves only `dev`)"
+        )
     asyncio.run(serve_api(settings))
 
 
@@ -72,6 +77,18 @@ def _refuse(message: str) -> None:
 
 
 RUNNERS = {"dev": _dev, "api": _api, "worker": _worker, "listen": _listen, "migrate": _migrate}
+SERVING = {"dev", "api", "worker", "listen"}
+
+
+def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
+    from app.ops import commands
+
+    runner = {
+        "send-test": commands.run_send_test,
+        "stats": commands.run_stats,
+        "config": commands.run_config_check,
+    }[args.command]
+    return runner(settings, args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,13 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
         configure_logging(settings.log_level)
-        if args.command != "migrate":
+        if args.command in SERVING or args.command == "send-test":
             from app.delivery.credentials import check_credentials
 
             check_credentials(settings)
     except SettingsError as error:
         print(f"xmtp-push: {error}", file=sys.stderr)
         return 2
+    if args.command not in RUNNERS:
+        return _operator_command(settings, args)
     RUNNERS[args.command](settings)
     return 0
 

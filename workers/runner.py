@@ -10,12 +10,7 @@ import socket
 import time
 
 from app.core import metrics
-from app.delivery.credentials import apns_credentials, fcm_credentials
-from app.delivery.provider import Provider
-from app.delivery.providers.apns import ApnsProvider
-from app.delivery.providers.fcm import FcmProvider
-from app.delivery.providers.webhook import WebhookProvider
-from app.delivery.url_policy import UrlPolicy
+from app.delivery.registry import build_providers
 from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
 from app.recipients.types import Channel
 from app.runtime import Runtime
@@ -28,22 +23,6 @@ PROMOTE_IDLE_SECONDS = 0.05
 GAUGE_SECONDS = 5.0
 
 
-def build_providers(runtime: Runtime) -> list[Provider]:
-    """One provider per configured channel, with its long-lived client."""
-    settings = runtime.settings
-    providers: list[Provider] = []
-    timeout = settings.http_timeout_seconds
-    apns = apns_credentials(settings)
-    if apns is not None:
-        providers.append(ApnsProvider(apns, timeout))
-    fcm = fcm_credentials(settings)
-    if fcm is not None:
-        providers.append(FcmProvider(fcm, timeout))
-    if settings.http_enabled:
-        providers.append(WebhookProvider(UrlPolicy.from_settings(settings), settings.http_timeout_seconds))
-    return providers
-
-
 def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -53,11 +32,14 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
     if queue is None:
         raise RuntimeError("workers need a queue")
     consumer = consumer_name()
-    providers = build_providers(runtime)
+    providers = build_providers(runtime.settings)
     try:
         await asyncio.gather(
             run_fanout(runtime, queue, consumer, stop),
-            *(DeliveryWorker(runtime, queue, p, f"{consumer}-{p.channel_label}").run(stop) for p in providers),
+            *(
+                DeliveryWorker(runtime, queue, p, f"{consumer}-{p.channel_label}").run(stop)
+                for p in providers
+            ),
             promote_retries(queue, stop),
             report_depths(queue, stop),
         )

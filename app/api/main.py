@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import connect, health, ingest
+from app.api import connect, health, ingest, status
 from app.runtime import Runtime
 
 DESCRIPTION = (
@@ -22,4 +22,5 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
     app.include_router(connect.router)
     app.include_router(ingest.router)
     app.include_router(health.router)
+    app.include_router(status.router)
     return app

@@ -38,7 +38,7 @@ def _parse_json_envelope(item: Any, where: str) -> Envelope:
     if not isinstance(item, Mapping):
         raise EnvelopeError(f"{where}: must be an object")
     kind = item.get("kind")
-    if kind not in {k.value for k in EnvelopeKind}:
+    if not isinstance(kind, str) or kind not in {k.value for k in EnvelopeKind}:
         raise EnvelopeError(f"{where}.kind: must be one of group_message, welcome, other")
     return Envelope(
         topic=_topic(_base64(item, "topic", where, required=True), where),

@@ -1,0 +1,109 @@
+"""Operator commands: `send-test`, `stats`, `config check`. They print; they serve nothing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import json
+import sys
+from dataclasses import asdict
+
+from app.core.config import Settings
+from app.ops.checks import run_checks
+from app.ops.send_test import ChannelNotConfigured, RecipientNotFound, send_test
+from app.ops.stats import Stats, collect_stats
+from app.runtime import open_runtime
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    send = commands.add_parser("send-test", help="send a test hint to one recipient through its channel")
+    send.add_argument("recipient_id", help="the recipient id, 64 hex digits")
+    send.add_argument("--topic", help="topic bytes as hex or base64 (default: a test topic)")
+    stats = commands.add_parser("stats", help="recipients, subscriptions, queue depths, outcomes of the last hour")
+    stats.add_argument("--json", action="store_true", help="print one JSON document")
+    config = commands.add_parser("config", help="configuration tools")
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    config_commands.add_parser("check", help="validate configuration, credentials and dependencies; serve nothing")
+
+
+def _bytes_argument(value: str, name: str) -> bytes:
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        pass
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise SystemExit(f"xmtp-push: {name} must be hex or base64") from None
+
+
+def run_send_test(settings: Settings, args: argparse.Namespace) -> int:
+    recipient_id = _bytes_argument(args.recipient_id, "recipient_id")
+    if len(recipient_id) != 32:
+        raise SystemExit("xmtp-push: recipient_id must be 32 bytes")
+    kwargs = {"topic": _bytes_argument(args.topic, "--topic")} if args.topic else {}
+
+    async def run() -> int:
+        async with open_runtime(settings) as runtime:
+            try:
+                result = await send_test(runtime, recipient_id, progress=_progress, **kwargs)
+            except RecipientNotFound:
+                print("recipient is not registered", file=sys.stderr)
+                return 1
+            except ChannelNotConfigured as error:
+                print(f"channel {error} is not configured here", file=sys.stderr)
+                return 1
+        print(f"{result.channel}: {result.outcome.kind.value} in {result.seconds * 1000:.0f} ms")
+        return 0 if result.outcome.kind.value == "delivered" else 1
+
+    return asyncio.run(run())
+
+
+def _progress(step: str) -> None:
+    print(f"... {step}", file=sys.stderr, flush=True)
+
+
+def run_stats(settings: Settings, args: argparse.Namespace) -> int:
+    async def run() -> Stats:
+        async with open_runtime(settings) as runtime:
+            return await collect_stats(runtime)
+
+    stats = asyncio.run(run())
+    if args.json:
+        document = asdict(stats)
+        document.pop("minutes")
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        print(format_stats(stats))
+    return 0
+
+
+def format_stats(stats: Stats) -> str:
+    lines = ["recipients:"]
+    lines += [f"  {channel:<6} {count}" for channel, count in stats.recipients.items()]
+    lines.append(f"subscriptions: {stats.subscriptions}")
+    if stats.queue_depths is None:
+        lines.append("queues: none configured (XMTP_PUSH_REDIS_URL unset)")
+    else:
+        lines.append("queue depths:")
+        lines += [f"  {name:<18} {depth}" for name, depth in stats.queue_depths.items()]
+        lines.append(f"  {'retries waiting':<18} {stats.retries_waiting}")
+    lines.append("delivery outcomes, last hour:")
+    if not stats.outcomes:
+        lines.append("  none")
+    for channel, counts in stats.outcomes.items():
+        lines.append(f"  {channel:<6} " + ", ".join(f"{o} {n}" for o, n in sorted(counts.items())))
+    if stats.listener is not None:
+        lines.append(f"listener lag: {stats.listener.lag_seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
+    checks = asyncio.run(run_checks(settings))
+    for check in checks:
+        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
+    failed = sum(not check.ok for check in checks)
+    print("configuration is usable" if not failed else f"{failed} check(s) failed")
+    return 1 if failed else 0

@@ -1,0 +1,57 @@
+"""`xmtp-push send-test`: one test hint to one recipient through its own channel."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.delivery.registry import build_providers
+from app.delivery.types import Hint, Outcome, Target
+from app.recipients import repository
+from app.recipients.types import Channel
+from app.runtime import Runtime
+
+# A group-message topic no real group has: receivers can tell a test hint apart.
+TEST_TOPIC = b"\x00" + b"\x00" * 16
+TEST_SEQUENCE_ID = 0
+
+
+class RecipientNotFound(Exception):
+    pass
+
+
+class ChannelNotConfigured(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TestResult:
+    channel: str
+    outcome: Outcome
+    seconds: float
+
+
+async def send_test(
+    runtime: Runtime, recipient_id: bytes, topic: bytes = TEST_TOPIC, progress: Callable[[str], None] = print
+) -> TestResult:
+    """Send through the recipient's channel and report the outcome; changes nothing stored."""
+    progress("looking up the recipient")
+    async with runtime.sessions() as session:
+        recipient = await repository.get_recipient(session, recipient_id)
+    if recipient is None:
+        raise RecipientNotFound
+    label = Channel(recipient.channel).label
+    providers = build_providers(runtime.settings)
+    try:
+        provider = next((p for p in providers if p.channel_label == label), None)
+        if provider is None:
+            raise ChannelNotConfigured(label)
+        progress(f"sending a test hint over {label}")
+        started = time.perf_counter()
+        target = Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)
+        outcome = await provider.send(Hint(topic, TEST_SEQUENCE_ID, recipient_id), target)
+        return TestResult(label, outcome, time.perf_counter() - started)
+    finally:
+        for each in providers:
+            await each.close()

@@ -1,0 +1,63 @@
+"""What `xmtp-push stats` and /status show: the deployment at a glance."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from app.ops import repository
+from app.queue.activity import ListenerState, MinuteCount
+from app.queue.base import ENVELOPES, delivery_stream
+from app.recipients.types import Channel
+from app.runtime import Runtime
+
+HOUR = 3600
+CHANNELS = tuple(c for c in Channel if c is not Channel.UNSPECIFIED)
+
+
+@dataclass(slots=True)
+class Stats:
+    recipients: dict[str, int]  # by channel label
+    subscriptions: int
+    queue_depths: dict[str, int] | None  # None without a queue
+    retries_waiting: int | None
+    outcomes: dict[str, dict[str, int]]  # channel -> outcome -> count, last hour
+    minutes: list[MinuteCount] = field(default_factory=list)  # per-minute detail, last hour
+    listener: ListenerState | None = None
+    generated: float = 0.0
+
+
+async def collect_stats(runtime: Runtime) -> Stats:
+    async with runtime.sessions() as session:
+        by_channel = await repository.recipients_by_channel(session)
+        subscriptions = await repository.subscription_count(session)
+    now = time.time()
+    minutes = await runtime.activity.since(now - HOUR, now) if runtime.activity else []
+    listener = await runtime.activity.listener() if runtime.activity else None
+    depths, retries = await _queue_depths(runtime)
+    return Stats(
+        recipients={c.label: by_channel.get(int(c), 0) for c in CHANNELS},
+        subscriptions=subscriptions,
+        queue_depths=depths,
+        retries_waiting=retries,
+        outcomes=_totals(minutes),
+        minutes=minutes,
+        listener=listener,
+        generated=now,
+    )
+
+
+async def _queue_depths(runtime: Runtime) -> tuple[dict[str, int] | None, int | None]:
+    queue = runtime.queue
+    if queue is None:
+        return None, None
+    streams = [ENVELOPES, *(delivery_stream(c.label) for c in CHANNELS)]
+    return {stream: await queue.depth(stream) for stream in streams}, await queue.delayed_count()
+
+
+def _totals(minutes: list[MinuteCount]) -> dict[str, dict[str, int]]:
+    totals: dict[str, Counter[str]] = {}
+    for item in minutes:
+        totals.setdefault(item.channel, Counter())[item.outcome] += item.count
+    return {channel: dict(counts) for channel, counts in sorted(totals.items())}

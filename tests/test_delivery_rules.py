@@ -1,0 +1,392 @@
+"""Delivery rules: retries and final outcomes, backoff, the delivery job's encoding and dedup key,
+and the webhook channel's pure parts (status table, exact body, Standard Webhooks signature).
+
+Spec: pipeline.md "Outcomes, retries, cleanup", "Payload (exact)" and "HTTPS webhook".
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import random
+import time
+from datetime import UTC, datetime
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from app.delivery.jobs import MAX_BACKOFF_SECONDS, DeliveryJob, Retry, backoff, next_step
+from app.delivery.providers.webhook import GONE, outcome_for_status, signed_headers, webhook_body, webhook_id
+from app.delivery.types import (
+    DEAD,
+    DELIVERED,
+    MISMATCH,
+    REJECTED,
+    TRANSIENT,
+    Hint,
+    Outcome,
+    OutcomeKind,
+)
+
+RECIPIENT = bytes.fromhex("5a" * 32)
+TOPIC = b"\x01" + bytes.fromhex("c0ffee" * 5)
+SEQUENCE = 9007199254740993
+BASE = 2.0  # backoff base seconds
+
+
+def job(attempt: int = 1, all_gone: bool = True) -> DeliveryJob:
+    return DeliveryJob(
+        "0123456789abcdef", RECIPIENT, TOPIC, SEQUENCE, 1_700_000_000_000_000_000, attempt, all_gone
+    )
+
+
+def run(outcomes: list[Outcome], max_attempts: int) -> tuple[list[Retry], Outcome]:
+    """Feed attempt outcomes through next_step until it yields a final outcome."""
+    current, retries = job(), list[Retry]()
+    for outcome in outcomes:
+        step = next_step(current, outcome, max_attempts, BASE)
+        if isinstance(step, Outcome):
+            return retries, step
+        retries.append(step)
+        current = step.job
+    raise AssertionError(f"no final outcome after {len(outcomes)} attempts")
+
+
+# ---- next_step -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("outcome", [DELIVERED, MISMATCH, REJECTED, DEAD])
+@pytest.mark.parametrize("attempt", [1, 2, 3])
+def test_final_outcomes_are_not_retried(outcome: Outcome, attempt: int) -> None:
+    assert next_step(job(attempt), outcome, 3, BASE) is outcome
+
+
+def test_dead_token_is_final_on_the_first_attempt() -> None:
+    # APNs 410 / FCM UNREGISTERED: dead right away, no confirmation needed.
+    assert next_step(job(), DEAD, 10, BASE) == Outcome(OutcomeKind.DEAD)
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2, 3, 10])
+def test_transient_is_retried_until_max_attempts_then_fails(max_attempts: int) -> None:
+    retries, final = run([TRANSIENT] * max_attempts, max_attempts)
+    assert len(retries) == max_attempts - 1
+    assert [r.job.attempt for r in retries] == list(range(2, max_attempts + 1))
+    assert final.kind is OutcomeKind.TRANSIENT
+    assert final.kind.value == "failed"
+
+
+def test_retry_keeps_the_job_identity() -> None:
+    step = next_step(job(), TRANSIENT, 3, BASE)
+    assert isinstance(step, Retry)
+    original = job()
+    assert (step.job.job_id, step.job.recipient_id, step.job.topic, step.job.sequence_id) == (
+        original.job_id,
+        original.recipient_id,
+        original.topic,
+        original.sequence_id,
+    )
+    assert step.job.ingested_ns == original.ingested_ns
+    assert step.job.dedup_key == original.dedup_key
+
+
+def test_transient_then_delivered() -> None:
+    retries, final = run([TRANSIENT, TRANSIENT, DELIVERED], 3)
+    assert len(retries) == 2
+    assert final is DELIVERED
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2, 3, 5])
+def test_gone_is_dead_only_when_every_attempt_was_gone(max_attempts: int) -> None:
+    retries, final = run([GONE] * max_attempts, max_attempts)
+    assert len(retries) == max_attempts - 1
+    assert all(r.job.all_gone for r in retries)
+    assert final.kind is OutcomeKind.DEAD
+
+
+def test_gone_then_delivered_is_delivered() -> None:
+    _, final = run([GONE, DELIVERED], 3)
+    assert final is DELIVERED
+
+
+@pytest.mark.parametrize(
+    "attempts",
+    [
+        [GONE, TRANSIENT, GONE],
+        [TRANSIENT, GONE, GONE],
+        [GONE, GONE, TRANSIENT],
+        [TRANSIENT, TRANSIENT, GONE],
+    ],
+)
+def test_a_transient_among_gone_attempts_means_not_dead(attempts: list[Outcome]) -> None:
+    retries, final = run(attempts, 3)
+    assert len(retries) == 2
+    assert final.kind is OutcomeKind.TRANSIENT
+
+
+def test_all_gone_flag_survives_encoding_between_attempts() -> None:
+    """Retries travel through the queue: the flag must come back out of the payload."""
+    current = job()
+    for outcome in (GONE, TRANSIENT):
+        step = next_step(DeliveryJob.decode(current.encode()), outcome, 3, BASE)
+        assert isinstance(step, Retry)
+        current = step.job
+    final = next_step(DeliveryJob.decode(current.encode()), GONE, 3, BASE)
+    assert isinstance(final, Outcome)
+    assert final.kind is OutcomeKind.TRANSIENT
+
+
+def test_provider_delay_is_a_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.0)  # backoff = 0.5 * base = 1 s
+    slow = Outcome(OutcomeKind.TRANSIENT, delay_seconds=120.0)
+    step = next_step(job(), slow, 3, BASE)
+    assert isinstance(step, Retry)
+    assert step.delay_seconds == 120.0
+
+
+def test_provider_delay_shorter_than_backoff_does_not_shorten_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.5)  # backoff = base * 2^(n-1)
+    step = next_step(job(attempt=3), Outcome(OutcomeKind.TRANSIENT, delay_seconds=0.1), 5, BASE)
+    assert isinstance(step, Retry)
+    assert step.delay_seconds == BASE * 4
+
+
+def test_retry_delay_is_at_least_the_provider_delay() -> None:
+    for _ in range(200):
+        step = next_step(job(attempt=2), Outcome(OutcomeKind.TRANSIENT, delay_seconds=5.0), 3, BASE)
+        assert isinstance(step, Retry)
+        assert step.delay_seconds >= 5.0  # backoff alone would be 2..6 s
+
+
+# ---- backoff -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attempt", range(1, 11))
+def test_backoff_stays_within_jitter_bounds(attempt: int) -> None:
+    ceiling = min(MAX_BACKOFF_SECONDS, BASE * 2 ** (attempt - 1))
+    delays = [backoff(attempt, BASE) for _ in range(300)]
+    assert all(0.5 * ceiling <= d < 1.5 * ceiling for d in delays)
+    assert len(set(delays)) > 250  # it is really jittered
+
+
+def test_backoff_jitter_extremes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.0)
+    assert [backoff(n, 1.0) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
+    monkeypatch.setattr(random, "random", lambda: 0.999999)
+    assert backoff(1, 1.0) == pytest.approx(1.5, abs=1e-5)
+    assert backoff(1, 1.0) < 1.5
+
+
+def test_backoff_grows_exponentially(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.5)
+    assert [backoff(n, 3.0) for n in range(1, 6)] == [3.0, 6.0, 12.0, 24.0, 48.0]
+
+
+def test_backoff_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.5)
+    assert backoff(30, 5.0) == MAX_BACKOFF_SECONDS
+    assert backoff(10, 60.0) == MAX_BACKOFF_SECONDS
+    monkeypatch.setattr(random, "random", lambda: 0.999999)
+    assert backoff(10, 60.0) < 1.5 * MAX_BACKOFF_SECONDS
+
+
+# ---- DeliveryJob ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "original",
+    [
+        job(),
+        job(attempt=7, all_gone=False),
+        DeliveryJob("ff", b"\x00" * 32, b"\x00", 0, 0),
+        DeliveryJob("id", b"\xff" * 32, b"\x05" * 256, 2**64 - 1, 2**63, 10, True),
+    ],
+)
+def test_delivery_job_round_trip(original: DeliveryJob) -> None:
+    decoded = DeliveryJob.decode(original.encode())
+    assert decoded == original
+    assert type(decoded.sequence_id) is int and type(decoded.all_gone) is bool
+
+
+def test_delivery_job_sequence_id_travels_as_text() -> None:
+    fields = json.loads(job().encode())
+    assert str(SEQUENCE) in fields
+
+
+def test_new_jobs_get_distinct_ids_but_share_the_dedup_key() -> None:
+    a = DeliveryJob.new(RECIPIENT, TOPIC, SEQUENCE, 1)
+    b = DeliveryJob.new(RECIPIENT, TOPIC, SEQUENCE, 2)
+    assert a.job_id != b.job_id
+    assert (a.attempt, a.all_gone) == (1, True)
+    assert a.dedup_key == b.dedup_key
+    assert a.dedup_key == job(attempt=3, all_gone=False).dedup_key
+
+
+@pytest.mark.parametrize(
+    ("recipient", "topic", "sequence"),
+    [
+        (b"\x11" * 32, TOPIC, SEQUENCE),
+        (RECIPIENT, TOPIC + b"\x00", SEQUENCE),
+        (RECIPIENT, TOPIC, SEQUENCE + 1),
+    ],
+)
+def test_dedup_key_differs_per_hint(recipient: bytes, topic: bytes, sequence: int) -> None:
+    assert DeliveryJob.new(recipient, topic, sequence, 0).dedup_key != job().dedup_key
+
+
+def test_dedup_key_reveals_neither_recipient_nor_topic() -> None:
+    recipient = bytes.fromhex("0123456789abcdef" * 4)
+    topic = b"\x01" + bytes.fromhex("fedcba9876543210" * 2)
+    key = DeliveryJob.new(recipient, topic, 42, 0).dedup_key
+    for secret in (recipient.hex(), topic.hex(), topic[1:].hex(), base64.b64encode(topic).decode()):
+        for start in range(0, len(secret) - 8 + 1, 2):
+            assert secret[start : start + 8] not in key
+    assert len(key) >= 32
+
+
+# ---- webhook: status -> outcome ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (200, OutcomeKind.DELIVERED),
+        (201, OutcomeKind.DELIVERED),
+        (202, OutcomeKind.DELIVERED),
+        (204, OutcomeKind.DELIVERED),
+        (299, OutcomeKind.DELIVERED),
+        (404, OutcomeKind.DEAD),
+        (410, OutcomeKind.DEAD),
+        (500, OutcomeKind.TRANSIENT),
+        (502, OutcomeKind.TRANSIENT),
+        (503, OutcomeKind.TRANSIENT),
+        (504, OutcomeKind.TRANSIENT),
+        (599, OutcomeKind.TRANSIENT),
+        (100, OutcomeKind.REJECTED),
+        (301, OutcomeKind.REJECTED),
+        (302, OutcomeKind.REJECTED),
+        (303, OutcomeKind.REJECTED),
+        (307, OutcomeKind.REJECTED),
+        (308, OutcomeKind.REJECTED),
+        (400, OutcomeKind.REJECTED),
+        (401, OutcomeKind.REJECTED),
+        (403, OutcomeKind.REJECTED),
+        (405, OutcomeKind.REJECTED),
+        (413, OutcomeKind.REJECTED),
+        (429, OutcomeKind.REJECTED),
+        (600, OutcomeKind.REJECTED),
+    ],
+)
+def test_webhook_outcome_for_status(status: int, expected: OutcomeKind) -> None:
+    outcome = outcome_for_status(status)
+    assert outcome.kind is expected
+    # Only 404/410 need confirmation by retry; nothing here pauses the channel.
+    assert outcome.confirm_by_retry is (status in (404, 410))
+    assert outcome.pause_channel is False
+
+
+def test_webhook_gone_is_retried_not_final() -> None:
+    step = next_step(job(), outcome_for_status(410), 3, BASE)
+    assert isinstance(step, Retry)
+
+
+# ---- webhook: body, id, signature ----------------------------------------------------------------------
+
+VECTOR_KEY = b"\x07" * 32
+VECTOR_ID = "fixed-id"
+VECTOR_TIMESTAMP = 1700000000
+VECTOR_BODY = b'{"topic":"AQID","sequence_id":"9007199254740993","recipient_id":"0101"}'
+VECTOR_SIGNATURE = "v1,IszeBLRjxb7spJ5RLi+KW0w/aK3Buioq9E6jl3MKWZw="
+
+
+def test_webhook_body_matches_the_spec_vector() -> None:
+    assert webhook_body(Hint(b"\x01\x02\x03", 9007199254740993, b"\x01\x01")) == VECTOR_BODY
+
+
+def test_webhook_body_exact_bytes() -> None:
+    hint = Hint(b"\xfb\xff", 0, bytes(range(32)))
+    expected = (
+        b'{"topic":"+/8=","sequence_id":"0","recipient_id":"'
+        b'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"}'
+    )
+    assert webhook_body(hint) == expected
+    assert json.loads(expected) == {
+        "topic": "+/8=",
+        "sequence_id": "0",
+        "recipient_id": bytes(range(32)).hex(),
+    }
+    assert list(json.loads(webhook_body(hint))) == ["topic", "sequence_id", "recipient_id"]
+
+
+def test_webhook_body_carries_uint64_sequence_as_text() -> None:
+    body = webhook_body(Hint(TOPIC, 2**64 - 1, RECIPIENT))
+    assert b'"sequence_id":"18446744073709551615"' in body
+    assert b" " not in body
+
+
+def test_signature_test_vector() -> None:
+    headers = signed_headers(VECTOR_KEY, VECTOR_ID, VECTOR_TIMESTAMP, VECTOR_BODY)
+    assert headers["webhook-signature"] == VECTOR_SIGNATURE
+    # And computed by hand, from the spec's definition.
+    mac = hmac.new(VECTOR_KEY, b"fixed-id.1700000000." + VECTOR_BODY, hashlib.sha256).digest()
+    assert "v1," + base64.b64encode(mac).decode() == VECTOR_SIGNATURE
+
+
+def test_signed_headers_exactly() -> None:
+    headers = signed_headers(VECTOR_KEY, VECTOR_ID, VECTOR_TIMESTAMP, VECTOR_BODY)
+    assert headers == {
+        "content-type": "application/json",
+        "webhook-id": "fixed-id",
+        "webhook-timestamp": "1700000000",
+        "webhook-signature": VECTOR_SIGNATURE,
+    }
+
+
+@pytest.mark.parametrize("key_length", [16, 32, 64])
+def test_signature_equals_the_standardwebhooks_library(key_length: int) -> None:
+    key = bytes(range(1, key_length + 1))
+    body = webhook_body(Hint(TOPIC, SEQUENCE, RECIPIENT))
+    timestamp = 1_712_345_678
+    ours = signed_headers(key, "msg_1", timestamp, body)["webhook-signature"]
+    theirs = Webhook(key).sign("msg_1", datetime.fromtimestamp(timestamp, tz=UTC), body.decode())
+    assert ours.encode() == theirs.encode()
+
+
+@pytest.mark.parametrize("key_length", [16, 32, 64])
+def test_receivers_verify_our_headers(key_length: int) -> None:
+    key = bytes(range(100, 100 + key_length))
+    hint = Hint(TOPIC, SEQUENCE, RECIPIENT)
+    body = webhook_body(hint)
+    headers = signed_headers(key, webhook_id(hint), int(time.time()), body)
+    assert Webhook(key).verify(body, headers) == {
+        "topic": base64.b64encode(TOPIC).decode(),
+        "sequence_id": str(SEQUENCE),
+        "recipient_id": RECIPIENT.hex(),
+    }
+
+
+def test_receivers_refuse_a_tampered_body_or_wrong_key() -> None:
+    key = b"\x42" * 32
+    body = webhook_body(Hint(TOPIC, SEQUENCE, RECIPIENT))
+    headers = signed_headers(key, "id", int(time.time()), body)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(key).verify(body.replace(b'"sequence_id":"', b'"sequence_id":"1'), headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(b"\x43" * 32).verify(body, headers)
+
+
+def test_webhook_id_is_stable_per_hint() -> None:
+    hint = Hint(TOPIC, SEQUENCE, RECIPIENT)
+    assert webhook_id(hint) == webhook_id(Hint(TOPIC, SEQUENCE, RECIPIENT))
+    assert webhook_id(hint) == webhook_id(job(attempt=3).hint)
+    others = {
+        webhook_id(Hint(TOPIC, SEQUENCE + 1, RECIPIENT)),
+        webhook_id(Hint(TOPIC + b"\x00", SEQUENCE, RECIPIENT)),
+        webhook_id(Hint(TOPIC, SEQUENCE, b"\x11" * 32)),
+        webhook_id(Hint(TOPIC, 2**64 - 1, RECIPIENT)),
+    }
+    assert webhook_id(hint) not in others
+    assert len(others) == 4
+    assert RECIPIENT.hex() not in webhook_id(hint)
+    assert webhook_id(hint).isascii() and " " not in webhook_id(hint)
