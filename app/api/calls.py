@@ -104,8 +104,21 @@ async def _within_deadline(runtime: Runtime, method: Method, request: Message, s
         async with runtime.sessions() as session, session.begin():
             return await method.run(runtime, session, request)
 
+    # The answer must not wait for the cancelled work to unwind: a driver
+    # blocked in a thread (SQLite waiting on another process's write lock)
+    # only notices the cancellation when its call returns. The work rolls
+    # back in the background; the caller gets DEADLINE_EXCEEDED on time.
+    work = asyncio.ensure_future(unit_of_work())
     try:
-        return await asyncio.wait_for(unit_of_work(), timeout=seconds)
+        done, _ = await asyncio.wait({work}, timeout=seconds)
+    except asyncio.CancelledError:
+        _abandon(work)
+        raise
+    if not done:
+        _abandon(work)
+        raise DomainError(Code.DEADLINE_EXCEEDED, errors.DEADLINE)
+    try:
+        return work.result()
     except DomainError:
         raise
     except TimeoutError:
@@ -116,3 +129,19 @@ async def _within_deadline(runtime: Runtime, method: Method, request: Message, s
     except Exception:
         log.exception("internal error during %s", method.name)
         raise DomainError(Code.INTERNAL, "internal error") from None
+
+
+_abandoned: set[asyncio.Future[Message]] = set()
+
+
+def _abandon(work: asyncio.Future[Message]) -> None:
+    """Cancel work whose answer is no longer wanted; keep it referenced until it has unwound."""
+    work.cancel()
+    _abandoned.add(work)
+    work.add_done_callback(_forget)
+
+
+def _forget(work: asyncio.Future[Message]) -> None:
+    _abandoned.discard(work)
+    if not work.cancelled() and not isinstance(work.exception(), DomainError | None):
+        log.warning("abandoned call failed while unwinding")
