@@ -23,7 +23,7 @@ from app.core import metrics
 from app.envelopes.service import enqueue_envelopes
 from app.envelopes.types import Envelope
 from app.network import repository
-from app.network.decoding import MalformedEnvelope, NetworkEnvelope, decode
+from app.network.decoding import MalformedEnvelope, decode
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as envelopes
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
@@ -47,6 +47,10 @@ CHANNEL_OPTIONS = [
 
 class StreamSilent(Exception):
     """No envelope and no keep-alive within the keep-alive timeout."""
+
+
+class _Stopped(Exception):
+    """The stop event was set while waiting for the stream."""
 
 
 class Listener:
@@ -98,9 +102,16 @@ class Listener:
             log.warning("firehose stream silent too long; reconnecting")
         except grpc.aio.AioRpcError as error:
             log.warning("firehose stream ended: %s", error.code().name)
-        except (StopAsyncIteration, asyncio.CancelledError):
+        except _Stopped:
+            pass
+        except StopAsyncIteration:
             if not stop.is_set():
                 log.warning("firehose stream closed by the node")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the listener itself is being cancelled: never swallow that
+            log.warning("firehose stream cancelled")
         except Exception:
             log.exception("listener connection failed")
         return established
@@ -122,7 +133,7 @@ class Listener:
         if read not in done:
             read.cancel()
             if stop.is_set():
-                raise asyncio.CancelledError
+                raise _Stopped
             raise StreamSilent
         response = read.result()
         if response is _EOF:
@@ -155,46 +166,67 @@ class Listener:
         """Decode, dedupe and queue one response or page; returns the highest sequence per originator."""
         pushable: list[Envelope] = []
         newest: dict[int, int] = {}
+        fresh: dict[tuple[int, int], None] = {}  # first seen in this batch
+        # Metrics are tallied here and applied once per batch (nothing can read them in between).
+        kinds: dict[str, int] = {}
+        dropped: dict[str, int] = {}
+        last_ns: int | None = None
+        seen = self._seen
+        max_age_ns = self.max_age_ns
         now_ns = time.time_ns()
-        for raw in batch:
-            item = self._decode(raw)
-            if item is None:
-                continue
-            node, sequence = item.key
-            newest[node] = max(newest.get(node, 0), sequence)
-            if self._already_seen(item.key):
-                metrics.listener_dropped_total.labels("duplicate").inc()
-            elif item.envelope is None:
-                metrics.listener_dropped_total.labels("not_pushable").inc()
-            elif catch_up and now_ns - item.originator_ns > self.max_age_ns:
-                metrics.listener_dropped_total.labels("stale").inc()
-            else:
-                pushable.append(item.envelope)
-            self._lag_seconds = max(0.0, (now_ns - item.originator_ns) / 1e9)
-            metrics.listener_lag_seconds.set(self._lag_seconds)
+        try:
+            for raw in batch:
+                try:
+                    item = decode(raw)
+                except MalformedEnvelope:
+                    kinds["malformed"] = kinds.get("malformed", 0) + 1
+                    dropped["malformed"] = dropped.get("malformed", 0) + 1
+                    continue
+                kinds[item.kind] = kinds.get(item.kind, 0) + 1
+                node, sequence = key = item.originator_node_id, item.originator_sequence_id
+                highest = newest.get(node)
+                if highest is None or sequence > highest:
+                    newest[node] = sequence
+                if key in seen or key in fresh:
+                    reason = "duplicate"
+                else:
+                    fresh[key] = None
+                    if item.envelope is None:
+                        reason = "not_pushable"
+                    elif catch_up and now_ns - item.originator_ns > max_age_ns:
+                        reason = "stale"
+                    else:
+                        pushable.append(item.envelope)
+                        reason = ""
+                if reason:
+                    dropped[reason] = dropped.get(reason, 0) + 1
+                last_ns = item.originator_ns
+        finally:
+            self._count(kinds, dropped, now_ns, last_ns)
         if pushable:
             await enqueue_envelopes(self.queue, pushable)
+        # Only once queued: what failed to queue is read again by the next catch-up, not a duplicate.
+        self._remember(fresh)
         self._raise_marks(newest)
         await self._save_marks()
         return newest
 
-    def _decode(self, raw: envelopes.OriginatorEnvelope) -> NetworkEnvelope | None:
-        try:
-            item = decode(raw)
-        except MalformedEnvelope:
-            metrics.listener_envelopes_total.labels("malformed").inc()
-            metrics.listener_dropped_total.labels("malformed").inc()
-            return None
-        metrics.listener_envelopes_total.labels(item.kind).inc()
-        return item
+    def _count(
+        self, kinds: dict[str, int], dropped: dict[str, int], now_ns: int, last_ns: int | None
+    ) -> None:
+        for kind, count in kinds.items():
+            metrics.listener_envelopes_total.labels(kind).inc(count)
+        for reason, count in dropped.items():
+            metrics.listener_dropped_total.labels(reason).inc(count)
+        if last_ns is not None:
+            self._lag_seconds = max(0.0, (now_ns - last_ns) / 1e9)
+            metrics.listener_lag_seconds.set(self._lag_seconds)
 
-    def _already_seen(self, key: tuple[int, int]) -> bool:
-        if key in self._seen:
-            return True
-        self._seen[key] = None
-        if len(self._seen) > SEEN_CAPACITY:
-            self._seen.popitem(last=False)
-        return False
+    def _remember(self, keys: dict[tuple[int, int], None]) -> None:
+        seen = self._seen
+        seen.update(keys)
+        while len(seen) > SEEN_CAPACITY:
+            seen.popitem(last=False)
 
     def _raise_marks(self, newest: dict[int, int]) -> None:
         for node, sequence in newest.items():

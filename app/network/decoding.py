@@ -40,44 +40,52 @@ class NetworkEnvelope:
         return self.originator_node_id, self.originator_sequence_id
 
 
+# Bound once: decode() runs for every envelope on the network.
+_unsigned_from_bytes = pb.UnsignedOriginatorEnvelope.FromString
+_payer_from_bytes = pb.PayerEnvelope.FromString
+_client_from_bytes = pb.ClientEnvelope.FromString
+
+
 def decode(originator: pb.OriginatorEnvelope) -> NetworkEnvelope:
     """Unwrap every layer; raises MalformedEnvelope when a layer does not decode."""
     try:
-        unsigned = pb.UnsignedOriginatorEnvelope.FromString(originator.unsigned_originator_envelope)
-        payer = pb.PayerEnvelope.FromString(unsigned.payer_envelope_bytes)
-        client = pb.ClientEnvelope.FromString(payer.unsigned_client_envelope)
+        unsigned = _unsigned_from_bytes(originator.unsigned_originator_envelope)
+        payer = _payer_from_bytes(unsigned.payer_envelope_bytes)
+        client = _client_from_bytes(payer.unsigned_client_envelope)
     except DecodeError:
         raise MalformedEnvelope from None
     topic = client.aad.target_topic
     if not topic:
         raise MalformedEnvelope
-    kind = TOPIC_KINDS.get(topic[0], "other")
+    sequence, originator_ns = unsigned.originator_sequence_id, unsigned.originator_ns
     return NetworkEnvelope(
         unsigned.originator_node_id,
-        unsigned.originator_sequence_id,
-        unsigned.originator_ns,
-        kind,
-        _pushable(client, topic, unsigned),
+        sequence,
+        originator_ns,
+        TOPIC_KINDS.get(topic[0], "other"),
+        _pushable(client, topic, sequence, originator_ns),
     )
 
 
-def _pushable(client: pb.ClientEnvelope, topic: bytes, unsigned: pb.UnsignedOriginatorEnvelope) -> Envelope | None:
+def _pushable(client: pb.ClientEnvelope, topic: bytes, sequence: int, originator_ns: int) -> Envelope | None:
     payload = client.WhichOneof("payload")
-    server_ns = max(0, unsigned.originator_ns)
+    server_ns = originator_ns if originator_ns > 0 else 0
     if topic[0] == TOPIC_KIND_WELCOME and payload == "welcome_message":
-        return Envelope(topic, unsigned.originator_sequence_id, server_ns, EnvelopeKind.WELCOME)
+        return Envelope(topic, sequence, server_ns, EnvelopeKind.WELCOME)
     if topic[0] != TOPIC_KIND_GROUP or payload != "group_message":
         return None
-    if client.group_message.WhichOneof("version") != "v1":
+    group_message = client.group_message
+    if group_message.WhichOneof("version") != "v1":
         return None
-    v1 = client.group_message.v1
+    v1 = group_message.v1
+    data = v1.data
     return Envelope(
         topic,
-        unsigned.originator_sequence_id,
+        sequence,
         server_ns,
         EnvelopeKind.GROUP_MESSAGE,
-        should_push=v1.should_push,
-        is_commit_or_proposal=is_commit_or_proposal(v1.data),
-        sender_hmac=v1.sender_hmac,
-        data=v1.data,
+        v1.should_push,
+        is_commit_or_proposal(data),
+        v1.sender_hmac,
+        data,
     )

@@ -19,61 +19,61 @@ SENDERS_WITH_INDEX = {1, 2}
 SENDERS_WITHOUT_INDEX = {3, 4}
 
 
-class _Truncated(Exception):
-    pass
-
-
-class _Reader:
-    __slots__ = ("data", "offset")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.offset = 0
-
-    def take(self, count: int) -> bytes:
-        end = self.offset + count
-        if end > len(self.data):
-            raise _Truncated
-        chunk = self.data[self.offset : end]
-        self.offset = end
-        return chunk
-
-    def uint(self, size: int) -> int:
-        return int.from_bytes(self.take(size), "big")
-
-    def skip_vector(self) -> None:
-        """An MLS variable-length vector: 2 top bits give the length of the length."""
-        first = self.uint(1)
-        prefix = first >> 6
-        if prefix == 3:
-            raise _Truncated
-        size = (1, 2, 4)[prefix]
-        length = first & 0x3F
-        for _ in range(size - 1):
-            length = (length << 8) | self.uint(1)
-        self.take(length)
-
-
 def is_commit_or_proposal(data: bytes) -> bool:
-    try:
-        return _content_type(_Reader(data)) in (CONTENT_PROPOSAL, CONTENT_COMMIT)
-    except _Truncated:
-        return False
+    return _content_type(data) in (CONTENT_PROPOSAL, CONTENT_COMMIT)
 
 
-def _content_type(reader: _Reader) -> int | None:
-    if reader.uint(2) != MLS_VERSION_10:
+def _content_type(data: bytes) -> int | None:
+    """The content type byte, or None when the framing does not parse that far.
+
+    Reads by index rather than through a reader object: this runs for every group message the
+    listener sees."""
+    size = len(data)
+    # u16 version == 1, u16 wire_format in (PublicMessage, PrivateMessage), big-endian.
+    if size < 4 or data[0] != 0 or data[1] != MLS_VERSION_10 or data[2] != 0:
         return None
-    wire_format = reader.uint(2)
-    if wire_format not in (WIRE_PUBLIC_MESSAGE, WIRE_PRIVATE_MESSAGE):
+    wire_format = data[3]
+    if wire_format != WIRE_PUBLIC_MESSAGE and wire_format != WIRE_PRIVATE_MESSAGE:
         return None
-    reader.skip_vector()  # group_id
-    reader.take(8)  # epoch
+    offset = _skip_vector(data, 4, size)  # group_id
+    if offset < 0:
+        return None
+    offset += 8  # epoch
     if wire_format == WIRE_PUBLIC_MESSAGE:
-        sender_type = reader.uint(1)
+        if offset >= size:
+            return None
+        sender_type = data[offset]
+        offset += 1
         if sender_type in SENDERS_WITH_INDEX:
-            reader.take(4)
+            offset += 4
         elif sender_type not in SENDERS_WITHOUT_INDEX:
             return None
-        reader.skip_vector()  # authenticated_data
-    return reader.uint(1)
+        offset = _skip_vector(data, offset, size)  # authenticated_data
+        if offset < 0:
+            return None
+    if offset >= size:
+        return None
+    return data[offset]
+
+
+def _skip_vector(data: bytes, offset: int, size: int) -> int:
+    """The offset after an MLS variable-length vector (2 top bits give the length of the length),
+    or -1 when it does not fit in the data or its prefix is the invalid 11."""
+    if offset >= size:
+        return -1
+    first = data[offset]
+    prefix = first >> 6
+    if prefix == 3:
+        return -1
+    length = first & 0x3F
+    if prefix:
+        width = 2 if prefix == 1 else 4
+        if offset + width > size:
+            return -1
+        for index in range(offset + 1, offset + width):
+            length = (length << 8) | data[index]
+        offset += width
+    else:
+        offset += 1
+    offset += length
+    return offset if offset <= size else -1
