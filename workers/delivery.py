@@ -54,6 +54,13 @@ class DeliveryWorker:
         self._finished = Commit()
         self._tally: Counter[tuple[str, str]] = Counter()
         self._paused_until = 0.0
+        self._stopping = False
+        # Set whenever an attempt ends: waiting on it is O(1), where asyncio.wait over every
+        # in-flight task added and removed a callback on each of them for every wake-up.
+        self._slot_freed = asyncio.Event()
+        # Label lookups resolved once, not several times per attempt.
+        self._inflight = metrics.inflight.labels(self.channel)
+        self._seconds = metrics.delivery_seconds.labels(self.channel)
 
     async def run(self, stop: asyncio.Event) -> None:
         flusher = asyncio.create_task(self._flush_loop())
@@ -66,25 +73,31 @@ class DeliveryWorker:
                     log.exception("%s delivery loop failed; continuing", self.channel)
                     await asyncio.sleep(READ_BLOCK_SECONDS)
         finally:
+            self._stopping = True
             await self._drain()
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
             await self._flush()
 
     async def _read_once(self) -> None:
-        await self._wait_for_pause()
+        if await self._wait_for_pause():
+            return  # still paused: the loop looks at `stop`, then waits again
         if len(self._tasks) >= self.capacity:
-            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
             return
         free = self.capacity - len(self._tasks)
         entries = await self.queue.read(self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS)
         if entries:
             await self._dispatch(entries)
 
-    async def _wait_for_pause(self) -> None:
+    async def _wait_for_pause(self) -> bool:
+        """Sleep up to a second while the channel is paused; True if it was."""
         remaining = self._paused_until - time.time()
         if remaining > 0:
             await asyncio.sleep(min(remaining, READ_BLOCK_SECONDS))
+            return True
+        return False
 
     async def _dispatch(self, entries: list[Entry]) -> None:
         jobs = [(entry, _decode(entry)) for entry in entries]
@@ -114,17 +127,26 @@ class DeliveryWorker:
     def _start(self, work: _Work) -> None:
         task = asyncio.create_task(self._attempt(work))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slot_freed.set()
 
     async def _attempt(self, work: _Work) -> None:
+        # Read before the channel was paused (a read blocks up to a second): wait for the pause too.
+        while (remaining := self._paused_until - time.time()) > 0:
+            if self._stopping:
+                return  # left unacknowledged: taken over after the reclaim period
+            await asyncio.sleep(min(remaining, READ_BLOCK_SECONDS))
         target = _target(work.recipient)
-        metrics.inflight.labels(self.channel).inc()
+        self._inflight.inc()
         started = time.perf_counter()
         try:
             outcome = await self.provider.send(work.job.hint, target)
         finally:
-            metrics.inflight.labels(self.channel).dec()
-        metrics.delivery_seconds.labels(self.channel).observe(time.perf_counter() - started)
+            self._inflight.dec()
+        self._seconds.observe(time.perf_counter() - started)
         await self._record(work, target, outcome)
 
     async def _record(self, work: _Work, target: Target, outcome: Outcome) -> None:

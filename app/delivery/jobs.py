@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import secrets
 from dataclasses import dataclass, replace
 
 from app.delivery.types import Hint, Outcome, OutcomeKind
 
 MAX_BACKOFF_SECONDS = 300.0
+_PLAIN_ID = re.compile(r"[0-9A-Za-z_-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +42,30 @@ class DeliveryJob:
         return hashlib.sha256(material).hexdigest()[:40]
 
     def encode(self) -> bytes:
+        # Fan-out encodes one job per subscriber, so the common case is written out directly:
+        # the same bytes json.dumps(..., separators=(",", ":")) gives (hex strings, plain ints
+        # and a bool need no escaping), at a fraction of its cost (with non-default separators
+        # json.dumps builds a new encoder on every call). Anything unusual takes json.dumps.
+        job_id, ingested, attempt, all_gone = self.job_id, self.ingested_ns, self.attempt, self.all_gone
+        if (
+            type(ingested) is int
+            and type(attempt) is int
+            and type(all_gone) is bool
+            and type(self.sequence_id) is int
+            and _PLAIN_ID.fullmatch(job_id)
+        ):
+            return (
+                f'["{job_id}","{self.recipient_id.hex()}","{self.topic.hex()}","{self.sequence_id}",'
+                f"{ingested},{attempt},{'true' if all_gone else 'false'}]"
+            ).encode()
         fields = [
-            self.job_id,
+            job_id,
             self.recipient_id.hex(),
             self.topic.hex(),
             str(self.sequence_id),
-            self.ingested_ns,
-            self.attempt,
-            self.all_gone,
+            ingested,
+            attempt,
+            all_gone,
         ]
         return json.dumps(fields, separators=(",", ":")).encode()
 

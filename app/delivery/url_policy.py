@@ -10,6 +10,7 @@ those: a name that resolved public at registration can point inward later.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 from collections.abc import Iterable
@@ -125,12 +126,36 @@ def is_blocked_address(address: IPAddress) -> bool:
     return any(address in net for net in _BLOCKED_V4)
 
 
+# The checks below run before every delivery attempt. The pure parts (URL syntax
+# and domain rules for a URL and policy, IP-literal parsing, the blocked-range test
+# of one address) are memoised; name resolution is not, so a name is looked up again
+# before every attempt.
+_CACHE_SIZE = 8192
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _parse_cached(url: str, policy: UrlPolicy) -> WebhookTarget:
+    return parse_webhook_url(url, policy)  # a refused URL raises and is not cached
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _ip_literal(host: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _address_blocked(address: str) -> bool:
+    return is_blocked_address(ipaddress.ip_address(address.split("%", 1)[0]))
+
+
 async def resolve_host(host: str, port: int) -> tuple[str, ...]:
     """Every address the host resolves to, IP literals as they are; () when none."""
-    try:
-        return (str(ipaddress.ip_address(host.strip("[]"))),)
-    except ValueError:
-        pass
+    literal = _ip_literal(host)
+    if literal is not None:
+        return (literal,)
     loop = asyncio.get_running_loop()
     try:
         infos = await asyncio.wait_for(
@@ -143,12 +168,10 @@ async def resolve_host(host: str, port: int) -> tuple[str, ...]:
 
 async def check_webhook_url(url: str, policy: UrlPolicy) -> CheckedWebhook:
     """The full policy: syntax, domain list, resolution and blocked ranges."""
-    target = parse_webhook_url(url, policy)
+    target = _parse_cached(url, policy)
     addresses = await resolve_host(target.host, target.port)
     if not addresses:
         raise UrlNotResolved
-    if not policy.allow_private_addresses and any(
-        is_blocked_address(ipaddress.ip_address(a.split("%", 1)[0])) for a in addresses
-    ):
+    if not policy.allow_private_addresses and any(_address_blocked(a) for a in addresses):
         raise UrlNotAllowed
     return CheckedWebhook(target=target, addresses=addresses)
