@@ -8,7 +8,8 @@ from alembic import context
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-import app.network.models  # noqa: F401  (registers the tables on Base.metadata)
+# Importing the models registers their tables on Base.metadata.
+import app.network.models
 import app.recipients.models  # noqa: F401
 from app.core.database import Base
 

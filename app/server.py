@@ -87,7 +87,9 @@ async def _sweep_until(runtime: Runtime, stop: asyncio.Event) -> None:
 
 
 @contextlib.asynccontextmanager
-async def background(runtime: Runtime, jobs: Sequence[BackgroundJob], stop: asyncio.Event) -> AsyncIterator[None]:
+async def background(
+    runtime: Runtime, jobs: Sequence[BackgroundJob], stop: asyncio.Event
+) -> AsyncIterator[None]:
     """Run jobs (and the expiry sweep) beside the body; on exit, stop them and wait."""
     tasks = [asyncio.create_task(job(runtime, stop)) for job in (_sweep_until, *jobs)]
     try:
@@ -99,15 +101,20 @@ async def background(runtime: Runtime, jobs: Sequence[BackgroundJob], stop: asyn
                 log.error("a background job failed: %s", type(result).__name__)
 
 
-async def serve_api(settings: Settings, jobs: Sequence[BackgroundJob] = (), *, in_process_queue: bool = False) -> None:
+async def serve_api(
+    settings: Settings, jobs: Sequence[BackgroundJob] = (), *, in_process_queue: bool = False
+) -> None:
     """Serve HTTP and gRPC until SIGTERM or SIGINT, with the sweeper and any background jobs."""
     stop = _stop_on_signals()
-    async with open_runtime(settings, in_process_queue=in_process_queue) as runtime:
-        # API stops first (no new work), then the background jobs finish what they hold.
-        async with background(runtime, jobs, stop), running_api(runtime) as servers:
-            log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
-            await _first_of(stop.wait(), servers.http_task)
-            log.info("stopping")
+    # On the way out the API stops first (no new work), then the background jobs finish what they hold.
+    async with (
+        open_runtime(settings, in_process_queue=in_process_queue) as runtime,
+        background(runtime, jobs, stop),
+        running_api(runtime) as servers,
+    ):
+        log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
+        await _first_of(stop.wait(), servers.http_task)
+        log.info("stopping")
 
 
 async def serve_dev(settings: Settings) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from app.api.calls import METHODS, Method, invoke
@@ -92,15 +93,17 @@ def _openapi(method: Method) -> dict[str, Any]:
         "required": ["code"],
     }
     binary = {"schema": {"type": "string", "format": "binary"}}
+    request = cast(Descriptor, method.request_type.DESCRIPTOR)
+    response = cast(Descriptor, method.response_type.DESCRIPTOR)
     return {
         "requestBody": {
             "required": True,
-            "content": {JSON: {"schema": message_schema(method.request_type.DESCRIPTOR)}, PROTO: binary},
+            "content": {JSON: {"schema": message_schema(request)}, PROTO: binary},
         },
         "responses": {
             "200": {
-                "description": f"{method.response_type.DESCRIPTOR.name}",
-                "content": {JSON: {"schema": message_schema(method.response_type.DESCRIPTOR)}, PROTO: binary},
+                "description": f"{response.name}",
+                "content": {JSON: {"schema": message_schema(response)}, PROTO: binary},
             },
             "default": {"description": "Connect error", "content": {JSON: {"schema": error}}},
         },

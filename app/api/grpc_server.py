@@ -53,9 +53,9 @@ def _handler(runtime: Runtime, method: Method) -> Handler:
     return handle
 
 
-def notification_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
+def notification_handler(runtime: Runtime) -> grpc.GenericRpcHandler[Any, Any]:
     handlers = {
-        name: grpc.unary_unary_rpc_method_handler(_handler(runtime, method))  # type: ignore[arg-type]
+        name: grpc.unary_unary_rpc_method_handler(_handler(runtime, method))
         for name, method in METHODS.items()
     }
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
@@ -65,7 +65,8 @@ async def start_grpc_server(runtime: Runtime, host: str, port: int) -> tuple[grp
     """Start serving; returns the server and the bound port (useful when port is 0)."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers((notification_handler(runtime),))
-    health_servicer = health.aio.HealthServicer()
+    # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

@@ -40,7 +40,12 @@ _OPENAPI = {
                     "type": "object",
                     "required": ["envelopes"],
                     "properties": {
-                        "envelopes": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ENVELOPE_SCHEMA}
+                        "envelopes": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": MAX_BATCH,
+                            "items": _ENVELOPE_SCHEMA,
+                        }
                     },
                 }
             },
@@ -50,7 +55,11 @@ _OPENAPI = {
     "responses": {
         "202": {
             "description": "queued for fan-out",
-            "content": {"application/json": {"schema": {"type": "object", "properties": {"accepted": {"type": "integer"}}}}},
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "properties": {"accepted": {"type": "integer"}}}
+                }
+            },
         },
         "400": {"description": "an envelope is malformed; the error names the field; nothing was queued"},
         "401": {"description": "missing or wrong bearer token"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.recipients.types import (
     Channel,
@@ -52,5 +54,7 @@ def update_command(request: pb.UpdateSubscriptionsRequest) -> UpdateSubscription
 
 def state_message(state: RecipientState) -> pb.RecipientState:
     return pb.RecipientState(
-        topic_count=state.topic_count, channel=int(state.channel), expires_at_ns=state.expires_at_ns
+        topic_count=state.topic_count,
+        channel=cast(pb.Channel, int(state.channel)),
+        expires_at_ns=state.expires_at_ns,
     )

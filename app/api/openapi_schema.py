@@ -6,10 +6,20 @@ from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
-_INT32 = {FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_SINT32,
-          FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32}
+_INT64 = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+_INT32 = {
+    FieldDescriptor.TYPE_INT32,
+    FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_SINT32,
+    FieldDescriptor.TYPE_FIXED32,
+    FieldDescriptor.TYPE_SFIXED32,
+}
 
 
 def message_schema(descriptor: Descriptor) -> dict[str, Any]:
@@ -27,8 +37,10 @@ def _field_schema(field: FieldDescriptor) -> dict[str, Any]:
 def _scalar_schema(field: FieldDescriptor) -> dict[str, Any]:
     kind = field.type
     if kind == FieldDescriptor.TYPE_MESSAGE:
+        assert field.message_type is not None
         return message_schema(field.message_type)
     if kind == FieldDescriptor.TYPE_ENUM:
+        assert field.enum_type is not None
         return {"type": "string", "enum": [value.name for value in field.enum_type.values]}
     if kind == FieldDescriptor.TYPE_BYTES:
         return {"type": "string", "format": "byte", "description": "standard or URL-safe base64"}

@@ -85,7 +85,11 @@ def render(stats: Stats) -> str:
     outcomes = sorted({o for counts in stats.outcomes.values() for o in counts})
     outcome_rows = [[c, *(str(counts.get(o, 0)) for o in outcomes)] for c, counts in stats.outcomes.items()]
     queues = (
-        _table(["queue", "depth"], [[k, str(v)] for k, v in stats.queue_depths.items()] + [["retries waiting", str(stats.retries_waiting)]])
+        _table(
+            ["queue", "depth"],
+            [[k, str(v)] for k, v in stats.queue_depths.items()]
+            + [["retries waiting", str(stats.retries_waiting)]],
+        )
         if stats.queue_depths is not None
         else "<p>No queue configured.</p>"
     )
@@ -98,7 +102,9 @@ def render(stats: Stats) -> str:
         generated=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stats.generated)),
         chart=_chart(stats),
         legend="".join(f'<span style="color:{COLORS[c]}">&#9632; {c}</span>' for c in COLORS),
-        outcomes=_table(["channel", *outcomes], outcome_rows) if outcome_rows else "<p>No deliveries in the last hour.</p>",
+        outcomes=_table(["channel", *outcomes], outcome_rows)
+        if outcome_rows
+        else "<p>No deliveries in the last hour.</p>",
         queues=queues,
         listener=html.escape(listener),
         recipients=_table(["channel", "recipients"], [[c, str(n)] for c, n in stats.recipients.items()])

@@ -47,7 +47,7 @@ def redact_sensitive(_logger: Any, _method: str, event: EventDict) -> EventDict:
 def describe_exception(exc_info: ExcInfo) -> dict[str, Any]:
     """Type names of the exception and its causes, and where it was raised; never the messages."""
     _, error, tb = exc_info
-    chain = []
+    chain: list[str] = []
     current: BaseException | None = error
     while current is not None and len(chain) < 5:
         chain.append(f"{type(current).__module__}.{type(current).__qualname__}")
@@ -78,7 +78,10 @@ def configure_logging(level: str = "INFO") -> None:
     ]
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.JSONRenderer()],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.JSONRenderer(),
+        ],
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)

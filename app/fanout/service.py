@@ -39,7 +39,9 @@ async def fan_out_page(session: AsyncSession, job: FanoutJob, page_size: int) ->
         if is_own_message(envelope, row.hmac_epoch_base, row.hmac_keys):
             page.suppressed[row.channel] += 1
             continue
-        delivery = DeliveryJob.new(row.recipient_id, envelope.topic, envelope.sequence_id, envelope.received_ns)
+        delivery = DeliveryJob.new(
+            row.recipient_id, envelope.topic, envelope.sequence_id, envelope.received_ns
+        )
         page.deliveries.setdefault(row.channel, []).append(delivery)
     if len(rows) == page_size:
         page.next_job = FanoutJob(envelope, rows[-1].recipient_id)

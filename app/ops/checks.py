@@ -51,7 +51,9 @@ async def _database(runtime: Runtime) -> Check:
     async with runtime.engine.connect() as connection:
         current = await connection.run_sync(_current_revision)
     if current != head:
-        return Check("database", False, f"schema at {current or 'none'}, expected {head}: run `xmtp-push migrate`")
+        return Check(
+            "database", False, f"schema at {current or 'none'}, expected {head}: run `xmtp-push migrate`"
+        )
     return Check("database", True, f"reachable, schema at {head}")
 
 

@@ -21,11 +21,15 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
     send = commands.add_parser("send-test", help="send a test hint to one recipient through its channel")
     send.add_argument("recipient_id", help="the recipient id, 64 hex digits")
     send.add_argument("--topic", help="topic bytes as hex or base64 (default: a test topic)")
-    stats = commands.add_parser("stats", help="recipients, subscriptions, queue depths, outcomes of the last hour")
+    stats = commands.add_parser(
+        "stats", help="recipients, subscriptions, queue depths, outcomes of the last hour"
+    )
     stats.add_argument("--json", action="store_true", help="print one JSON document")
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
-    config_commands.add_parser("check", help="validate configuration, credentials and dependencies; serve nothing")
+    config_commands.add_parser(
+        "check", help="validate configuration, credentials and dependencies; serve nothing"
+    )
 
 
 def _bytes_argument(value: str, name: str) -> bytes:

@@ -26,7 +26,10 @@ from app.delivery.url_policy import UrlNotAllowed, UrlNotResolved, UrlPolicy, ch
 GONE = Outcome(OutcomeKind.DEAD, confirm_by_retry=True)
 # Status -> outcome. Ranges are checked after exact codes.
 STATUS_OUTCOMES: dict[int, Outcome] = {404: GONE, 410: GONE}
-RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = ((range(200, 300), DELIVERED), (range(500, 600), TRANSIENT))
+RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
+    (range(200, 300), DELIVERED),
+    (range(500, 600), TRANSIENT),
+)
 TRANSIENT_ERRORS = (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError)
 
 _pinned: contextvars.ContextVar[tuple[str, tuple[str, ...]]] = contextvars.ContextVar("pinned_addresses")
@@ -66,7 +69,9 @@ def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> 
 class PinnedResolver(AbstractResolver):
     """Answers only with the addresses the URL policy checked for this attempt."""
 
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         pinned_host, addresses = _pinned.get(("", ()))
         if host.rstrip(".").lower() != pinned_host:
             raise OSError("host was not checked by the URL policy")
@@ -95,7 +100,10 @@ class WebhookProvider:
             ssl=ssl.create_default_context(),
         )
         self._session = aiohttp.ClientSession(
-            connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
+            connector=connector,
+            timeout=self._timeout,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
         )
 
     async def send(self, hint: Hint, target: Target) -> Outcome:

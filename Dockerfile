@@ -1,0 +1,37 @@
+# xmtp-push: one image for every command (api, migrate, and later worker and listen).
+#   docker build -t xmtp-push .
+#   docker run --rm -p 8080:8080 -p 50051:50051 -e XMTP_PUSH_DATABASE_URL=postgresql+asyncpg://... xmtp-push
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /srv/xmtp-push
+
+# Dependencies and package in one layer; alembic/ stays in the working
+# directory, where `xmtp-push migrate` looks for it.
+COPY pyproject.toml README.md ./
+COPY app ./app
+COPY workers ./workers
+COPY alembic ./alembic
+RUN pip install . \
+    && useradd --system --uid 10001 --home-dir /srv/xmtp-push xmtp-push \
+    && chown xmtp-push /srv/xmtp-push
+
+USER xmtp-push
+
+# Listen on every interface inside the container; publish the ports to choose who reaches them.
+ENV XMTP_PUSH_HTTP_HOST=0.0.0.0 \
+    XMTP_PUSH_HTTP_PORT=8080 \
+    XMTP_PUSH_GRPC_HOST=0.0.0.0 \
+    XMTP_PUSH_GRPC_PORT=50051
+
+EXPOSE 8080 50051
+
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('XMTP_PUSH_HTTP_PORT', '8080'), timeout=2)"
+
+ENTRYPOINT ["xmtp-push"]
+CMD ["api"]

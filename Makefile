@@ -1,0 +1,52 @@
+# Developer and CI entry points. Every target uses the project's .venv, so none
+# needs an activated environment. `make install` creates it with python3.11.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+SOURCES := app workers tests bench alembic
+
+.DEFAULT_GOAL := help
+.PHONY: help install test lint format typecheck proto openapi run check
+
+help:
+	@echo "make install    create $(VENV) (with $(PYTHON)) if missing and install the package with dev extras"
+	@echo "make run        xmtp-push dev: HTTP :8080 and gRPC :50051 on SQLite, in-process queue"
+	@echo "make test       run the test suite (needs PostgreSQL on 127.0.0.1:5432; .ci/run sets it up)"
+	@echo "make lint       ruff check and ruff format --check"
+	@echo "make format     apply ruff format and safe ruff fixes"
+	@echo "make typecheck  mypy app workers"
+	@echo "make proto      regenerate app/proto modules from the .proto files"
+	@echo "make openapi    rewrite openapi/openapi.json from the HTTP app"
+	@echo "make check      lint, typecheck and test"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev]'
+
+test:
+	$(BIN)/python -m pytest
+
+lint:
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+
+format:
+	$(BIN)/ruff check --fix $(SOURCES)
+	$(BIN)/ruff format $(SOURCES)
+
+typecheck:
+	$(BIN)/mypy app workers
+
+proto:
+	$(BIN)/python -m app.proto.generate
+
+openapi:
+	$(BIN)/python -m app.api.openapi_export
+
+run:
+	$(BIN)/xmtp-push dev
+
+check: lint typecheck test
