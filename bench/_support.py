@@ -1,0 +1,93 @@
+"""What the benchmarks share: a throw-away migrated PostgreSQL database and latency summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import platform
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import asyncpg
+
+from app.core.config import Settings
+from app.core.migrations import upgrade
+
+DEFAULT_ADMIN_DSN = os.environ.get("XMTP_PUSH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def asyncpg_dsn(sqlalchemy_url: str) -> str:
+    return sqlalchemy_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+@asynccontextmanager
+async def bench_database(admin_dsn: str, *, keep: bool = False) -> AsyncIterator[str]:
+    """A fresh database `xmtp_push_bench_<hex>`, migrated with Alembic; yields its SQLAlchemy URL.
+
+    Dropped (WITH FORCE) on the way out unless `keep`.
+    """
+    name = f"xmtp_push_bench_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    base = admin_dsn.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
+    url = f"{base}/{name}"
+    print(f"database: created {name}")
+    try:
+        # upgrade() runs its own event loop (alembic env.py), so keep it off this one.
+        await asyncio.to_thread(upgrade, Settings(database_url=url))
+        print(f"database: migrated {name} to head")
+        yield url
+    finally:
+        if keep:
+            print(f"database: kept {name} (--keep-db)")
+        else:
+            admin = await asyncpg.connect(admin_dsn)
+            try:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await admin.close()
+            print(f"database: dropped {name}")
+
+
+async def server_version(dsn: str) -> str:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return str(await connection.fetchval("SHOW server_version"))
+    finally:
+        await connection.close()
+
+
+def environment_line() -> str:
+    return f"host: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.platform()}"
+
+
+def percentile(sorted_values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(pct / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def summarize_ms(seconds: Sequence[float]) -> dict[str, float]:
+    values = sorted(s * 1000.0 for s in seconds)
+    return {
+        "n": float(len(values)),
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": values[-1] if values else math.nan,
+        "mean": sum(values) / len(values) if values else math.nan,
+    }
+
+
+def format_ms(summary: dict[str, float]) -> str:
+    return (
+        f"p50 {summary['p50']:.2f} ms  p90 {summary['p90']:.2f} ms  p99 {summary['p99']:.2f} ms  "
+        f"max {summary['max']:.2f} ms  (mean {summary['mean']:.2f} ms, n={int(summary['n'])})"
+    )
