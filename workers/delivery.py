@@ -54,7 +54,6 @@ class DeliveryWorker:
         self._finished = Commit()
         self._tally: Counter[tuple[str, str]] = Counter()
         self._paused_until = 0.0
-        self._stopping = False
         # Set whenever an attempt ends: waiting on it is O(1), where asyncio.wait over every
         # in-flight task added and removed a callback on each of them for every wake-up.
         self._slot_freed = asyncio.Event()
@@ -73,7 +72,6 @@ class DeliveryWorker:
                     log.exception("%s delivery loop failed; continuing", self.channel)
                     await asyncio.sleep(READ_BLOCK_SECONDS)
         finally:
-            self._stopping = True
             await self._drain()
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
@@ -134,11 +132,12 @@ class DeliveryWorker:
         self._slot_freed.set()
 
     async def _attempt(self, work: _Work) -> None:
-        # Read before the channel was paused (a read blocks up to a second): wait for the pause too.
-        while (remaining := self._paused_until - time.time()) > 0:
-            if self._stopping:
-                return  # left unacknowledged: taken over after the reclaim period
-            await asyncio.sleep(min(remaining, READ_BLOCK_SECONDS))
+        if self._paused_until > time.time():
+            # Read just before the channel was paused: back to the queue until the pause ends,
+            # without spending an attempt.
+            self._finished.delay.append(Delayed(self.stream, work.job.encode(), self._paused_until))
+            self._finished.ack.append(work.entry.id)
+            return
         target = _target(work.recipient)
         self._inflight.inc()
         started = time.perf_counter()
