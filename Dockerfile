@@ -1,4 +1,4 @@
-# xmtp-push: one image for every command (api, migrate, and later worker and listen).
+# xmtp-push: one image for every command (api, worker, listen, migrate, and the operator commands).
 #   docker build -t xmtp-push .
 #   docker run --rm -p 8080:8080 -p 50051:50051 -e XMTP_PUSH_DATABASE_URL=postgresql+asyncpg://... xmtp-push
 FROM python:3.11-slim

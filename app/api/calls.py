@@ -80,9 +80,14 @@ async def invoke(runtime: Runtime, method: Method, decode: Decoder, deadline: fl
         return await _within_deadline(runtime, method, request, _budget(runtime, deadline))
     except DomainError as error:
         code = error.code.value
+        # The messages are constants (app.core.errors): they name the problem, never a value.
+        log.info("%s answered %s: %s", method.name, code, error.message)
         raise
     finally:
-        metrics.rpc_seconds.labels(method.name, code).observe(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        metrics.rpc_seconds.labels(method.name, code).observe(seconds)
+        if code == "ok":
+            log.debug("%s answered ok in %.1f ms", method.name, seconds * 1000)
 
 
 def _decode(method: Method, decode: Decoder) -> Message:
@@ -125,6 +130,14 @@ async def _within_deadline(runtime: Runtime, method: Method, request: Message, s
         raise DomainError(Code.DEADLINE_EXCEEDED, errors.DEADLINE) from None
     except _UNAVAILABLE_ERRORS:
         log.warning("database unavailable during %s", method.name)
+        raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
+    except sa_exc.DBAPIError as error:
+        if not error.connection_invalidated:
+            log.exception("internal error during %s", method.name)
+            raise DomainError(Code.INTERNAL, "internal error") from None
+        # The connection was lost (a database restart, a failover): the pool has dropped it and
+        # the SDK's retry gets a new one.
+        log.warning("database unavailable during %s: the connection was lost", method.name)
         raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
     except Exception:
         log.exception("internal error during %s", method.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -16,6 +17,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 PROTOBUF = "application/x-protobuf"
 
 router = APIRouter(tags=["ingest"])
+log = logging.getLogger(__name__)
 
 _ENVELOPE_SCHEMA = {
     "type": "object",
@@ -87,23 +89,31 @@ async def ingest(request: Request) -> JSONResponse:
     if not token:
         return _error(404, "ingest is disabled")
     if not _authorized(request, token):
+        log.warning("ingest refused: bearer token is missing or not valid")
         return _error(401, "bearer token is missing or not valid")
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:
+        log.info("ingest refused: body of %d bytes is over 4 MiB", len(body))
         return _error(413, "body is larger than 4 MiB")
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     try:
         envelopes = _parse(body, content_type)
     except EnvelopeError as error:
+        # The message names the field and the rule, never the value.
+        log.info("ingest refused: %s", error)
         return _error(400, str(error))
     except _UnsupportedType:
+        log.info("ingest refused: unsupported content type")
         return _error(415, "content type must be application/json or application/x-protobuf")
     if runtime.queue is None:
+        log.error("ingest refused: no queue is configured")
         return _error(503, "no queue is configured")
     try:
         accepted = await enqueue_envelopes(runtime.queue, envelopes)
     except Exception:
+        log.exception("ingest failed: the queue is unavailable")
         return _error(503, "queue is unavailable")
+    log.debug("ingested %d envelopes", accepted)
     return JSONResponse({"accepted": accepted}, status_code=202)
 
 

@@ -1,14 +1,19 @@
 """Structured JSON logs, one object per line, with nothing sensitive in them.
 
-Our own log calls carry only counts, channel names and status names. Two more
-guards cover what we do not write ourselves: values under sensitive keys are
-replaced, and an exception is logged by its type and frames only, because
-driver and library messages can quote parameters (ids, tokens, URLs).
+Our own log calls carry only counts, channel names and status names. More
+guards cover what we do not write ourselves, because driver and library
+messages can quote parameters (ids, tokens, URLs): values under sensitive keys
+are replaced; URLs and long hex runs (ids, keys, hashes) in any message are
+replaced; asyncio's reports keep only their first line (the rest is the repr of
+a task or callback and its arguments); loggers that print statements or
+requests at their lower levels are held above them; and an exception is logged
+by its type and frames only.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import traceback
 from collections.abc import MutableMapping
@@ -24,7 +29,9 @@ SENSITIVE_KEYS = frozenset(
 # Libraries whose lower levels log request lines or addresses.
 QUIET_LOGGERS = {
     "aioapns": logging.CRITICAL,
+    "aiosqlite": logging.INFO,  # DEBUG prints every statement with its parameters
     "alembic.runtime.plugins": logging.WARNING,
+    "firebase_admin": logging.INFO,  # DEBUG prints each request with its URL
     "google": logging.WARNING,
     "h2": logging.WARNING,
     "hpack": logging.WARNING,
@@ -32,6 +39,13 @@ QUIET_LOGGERS = {
     "httpx": logging.WARNING,
     "urllib3": logging.WARNING,
 }
+# scheme://anything-up-to-whitespace-or-quote, and 32+ hex digits (a 16-byte value or longer).
+URL_PATTERN = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+HEX_PATTERN = re.compile(r"(?<![0-9a-fA-F])[0-9a-fA-F]{32,}(?![0-9a-fA-F])")
+URL_REDACTED = "[url]"
+HEX_REDACTED = "[hex]"
+# Loggers whose multi-line messages carry reprs after the first line.
+FIRST_LINE_ONLY = frozenset({"asyncio"})
 EventDict = MutableMapping[str, Any]
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
 
@@ -41,6 +55,21 @@ def redact_sensitive(_logger: Any, _method: str, event: EventDict) -> EventDict:
     for name in list(event):
         if name.lower() in SENSITIVE_KEYS:
             event[name] = REDACTED
+    return event
+
+
+def scrub(text: str) -> str:
+    return HEX_PATTERN.sub(HEX_REDACTED, URL_PATTERN.sub(URL_REDACTED, text))
+
+
+def scrub_messages(_logger: Any, _method: str, event: EventDict) -> EventDict:
+    """Replace URLs and long hex runs in every string value (the message and any extra field)."""
+    message = event.get("event")
+    if isinstance(message, str) and event.get("logger") in FIRST_LINE_ONLY:
+        event["event"] = message.split("\n", 1)[0]
+    for name, value in event.items():
+        if isinstance(value, str) and name not in ("timestamp", "level", "logger"):
+            event[name] = scrub(value)
     return event
 
 
@@ -75,6 +104,7 @@ def configure_logging(level: str = "INFO") -> None:
         structlog.stdlib.ExtraAdder(),
         redact_sensitive,
         safe_exception,
+        scrub_messages,
     ]
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,

@@ -1,4 +1,8 @@
-"""Operator commands: `send-test`, `stats`, `config check`. They print; they serve nothing."""
+"""Operator commands: `send-test`, `stats`, `config check`. They print; they serve nothing.
+
+Each command imports what it needs when it runs, so `stats` does not load the channel clients or
+the migration tooling.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,12 @@ import binascii
 import json
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from app.core.config import Settings
-from app.ops.checks import run_checks
-from app.ops.send_test import ChannelNotConfigured, RecipientNotFound, send_test
-from app.ops.stats import Stats, collect_stats
-from app.runtime import open_runtime
+
+if TYPE_CHECKING:
+    from app.ops.stats import Stats
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,6 +48,9 @@ def _bytes_argument(value: str, name: str) -> bytes:
 
 
 def run_send_test(settings: Settings, args: argparse.Namespace) -> int:
+    from app.ops.send_test import ChannelNotConfigured, RecipientNotFound, send_test
+    from app.runtime import open_runtime
+
     recipient_id = _bytes_argument(args.recipient_id, "recipient_id")
     if len(recipient_id) != 32:
         raise SystemExit("xmtp-push: recipient_id must be 32 bytes")
@@ -70,6 +77,9 @@ def _progress(step: str) -> None:
 
 
 def run_stats(settings: Settings, args: argparse.Namespace) -> int:
+    from app.ops.stats import collect_stats
+    from app.runtime import open_runtime
+
     async def run() -> Stats:
         async with open_runtime(settings) as runtime:
             return await collect_stats(runtime)
@@ -105,6 +115,8 @@ def format_stats(stats: Stats) -> str:
 
 
 def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
+    from app.ops.checks import run_checks
+
     checks = asyncio.run(run_checks(settings))
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
