@@ -52,14 +52,21 @@ def apns_credentials(settings: Settings) -> ApnsCredentials | None:
         pem = _text_or_file(settings.apns_key, "-----BEGIN")
         key = load_pem_private_key(pem.encode(), password=None)
     except (OSError, ValueError, TypeError):
-        raise SettingsError("XMTP_PUSH_APNS_KEY: not a readable PKCS#8 PEM private key (text or path)") from None
+        raise SettingsError(
+            "XMTP_PUSH_APNS_KEY: not a readable PKCS#8 PEM private key (text or path)"
+        ) from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
         raise SettingsError("XMTP_PUSH_APNS_KEY: must be an ES256 (P-256) private key")
     if settings.apns_ca_file and not Path(settings.apns_ca_file).is_file():
         raise SettingsError("XMTP_PUSH_APNS_CA_FILE: file not found")
     endpoint = settings.apns_endpoint or APPLE_HOSTS[settings.apns_environment]
     return ApnsCredentials(
-        pem, settings.apns_key_id, settings.apns_team_id, settings.apns_bundle_id, endpoint, settings.apns_ca_file
+        pem,
+        settings.apns_key_id,
+        settings.apns_team_id,
+        settings.apns_bundle_id,
+        endpoint,
+        settings.apns_ca_file,
     )
 
 
@@ -69,7 +76,9 @@ def fcm_credentials(settings: Settings) -> FcmCredentials | None:
     try:
         account = json.loads(_text_or_file(settings.fcm_service_account, "{"))
     except (OSError, ValueError):
-        raise SettingsError("XMTP_PUSH_FCM_SERVICE_ACCOUNT: not service-account JSON (text or path)") from None
+        raise SettingsError(
+            "XMTP_PUSH_FCM_SERVICE_ACCOUNT: not service-account JSON (text or path)"
+        ) from None
     if not isinstance(account, dict) or not account.get("project_id"):
         raise SettingsError("XMTP_PUSH_FCM_SERVICE_ACCOUNT: the service account has no project_id")
     missing = [name for name in ("client_email", "private_key", "token_uri") if not account.get(name)]

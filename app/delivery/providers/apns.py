@@ -1,14 +1,22 @@
 """APNs channel: background hints over HTTP/2 with token auth, through aioapns.
 
-aioapns (pinned to 4.0) needs three adjustments, all kept in this module:
+aioapns (pinned to 4.0) needs these adjustments, all kept in this module:
 - it signs a new JWT for every connection; Apple refuses such churn with
   TooManyProviderTokenUpdates, so one token is shared by the pool's
   connections and renewed before it is an hour old (or when Apple says it
-  expired);
+  expired: once per expiry, however many answers said so);
 - its host is a class attribute; a protocol subclass carries the configured
   endpoint (a staging relay or a local simulator) and port;
 - it has no timeout of its own, and retries with sleeps; each send is bounded
-  here and gets a single attempt, retries go through our queue.
+  here and gets a single attempt, retries go through our queue;
+- its connection never gives back HTTP/2 flow-control credit for response
+  bodies, so after 64 KiB of error bodies (about 1,300 410 answers) every
+  further error answer on that connection stalls; it keeps an entry per
+  delivered request for the connection's lifetime; and a request given up by
+  our timeout stays in its tables, so its late answer raises inside
+  data_received and tears the connection down with every request on it. The
+  protocol subclass acknowledges bodies, forgets finished streams and resets
+  abandoned ones.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from aioapns.connection import (
     AuthorizationHeaderProvider,
 )
 from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExceeded
+from h2.errors import ErrorCodes
+from h2.exceptions import H2Error
 
 from app.delivery.credentials import ApnsCredentials
 from app.delivery.types import DEAD, DELIVERED, MISMATCH, REJECTED, TRANSIENT, Hint, Outcome, Target
@@ -55,6 +65,10 @@ CONNECTION_ERRORS = (ConnectionClosed, ConnectionError, MaxAttemptsExceeded, OSE
 
 def outcome_for(status: str, reason: str | None) -> Outcome:
     return OUTCOMES.get((status, reason)) or OUTCOMES.get((status, None)) or REJECTED
+
+
+# The body as aioapns serialises it (json.dumps defaults), without the topic and sequence id values.
+BODY_OVERHEAD_BYTES = len(json.dumps({"aps": {"content-available": 1}, "topic": "", "sequence_id": ""}))
 
 
 def apns_body(hint: Hint) -> dict[str, Any]:
@@ -85,9 +99,44 @@ class SharedToken(AuthorizationHeaderProvider):
             self._header = f"bearer {token}"
         return self._header
 
-    def renew(self) -> None:
-        """Apple said the token expired (clock skew, long idle): sign a new one next time."""
-        self._header = None
+    def renew(self, rejected: str) -> None:
+        """Apple refused `rejected` as expired (clock skew, long idle): sign a new one next time,
+        unless another request already did, so a burst of such answers renews it once."""
+        if self._header == rejected:
+            self._header = None
+
+
+class _Protocol(APNsTLSClientProtocol):
+    """aioapns's connection, fixed for long-lived, busy connections (see the module docstring)."""
+
+    def on_data_received(self, raw_data: bytes, stream_id: int) -> None:
+        self.conn.acknowledge_received_data(len(raw_data), stream_id)  # Apple sends no padding
+        super().on_data_received(raw_data, stream_id)
+
+    def on_stream_ended(self, stream_id: int) -> None:
+        self.request_streams.pop(stream_id, None)  # a 200 answer has no body to clear it
+        super().on_stream_ended(stream_id)
+
+    async def send_notification(self, request: NotificationRequest) -> Any:
+        try:
+            return await super().send_notification(request)
+        except asyncio.CancelledError:
+            self._abandon(request.notification_id)
+            raise
+
+    def _abandon(self, notification_id: str) -> None:
+        self.requests.pop(notification_id, None)
+        self.request_statuses.pop(notification_id, None)
+        streams = [sid for sid, nid in self.request_streams.items() if nid == notification_id]
+        for stream_id in streams:  # none if it was still waiting for a free stream
+            del self.request_streams[stream_id]
+            try:
+                self.conn.reset_stream(stream_id, ErrorCodes.CANCEL)
+            except H2Error:
+                continue  # already ended: its slot was given back then
+            self.free_channels.release()
+        if streams and self.transport is not None and not self.transport.is_closing():
+            self.flush()
 
 
 class _EndpointPool(APNsKeyConnectionPool):
@@ -105,20 +154,24 @@ class _EndpointPool(APNsKeyConnectionPool):
         )
         self.protocol_class = type(
             "EndpointProtocol",
-            (APNsTLSClientProtocol,),
+            (_Protocol,),
             {"APNS_SERVER": parts.hostname, "APNS_PORT": parts.port or 443},
         )
         self._token = token
 
     async def create_connection(self) -> APNsBaseClientProtocol:
-        factory = partial(self.protocol_class, self.apns_topic, self.loop, self.discard_connection, self._token)
-        return await self._create_connection(factory)  # type: ignore[no-untyped-call]
+        protocol: Any = self.protocol_class
+        factory = partial(protocol, self.apns_topic, self.loop, self.discard_connection, self._token)
+        connection: APNsBaseClientProtocol = await self._create_connection(factory)
+        return connection
 
 
 class ApnsProvider:
     channel_label = "apns"
 
-    def __init__(self, credentials: ApnsCredentials, timeout_seconds: float, max_connections: int = 4) -> None:
+    def __init__(
+        self, credentials: ApnsCredentials, timeout_seconds: float, max_connections: int = 4
+    ) -> None:
         self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
         self._pool = _EndpointPool(credentials, self._token, max_connections)
         self._timeout = timeout_seconds
@@ -127,17 +180,20 @@ class ApnsProvider:
         request = self._request(hint, target.address)
         if request is None:
             return REJECTED
+        presented = self._token.get_header()  # what this attempt sends, unless renewed meanwhile
         status, reason = await self._attempt(request)
         if status == "403" and reason == EXPIRED_PROVIDER_TOKEN:
-            self._token.renew()
+            self._token.renew(presented)
             status, reason = await self._attempt(self._request(hint, target.address))  # type: ignore[arg-type]
         return TRANSIENT if status is None else outcome_for(status, reason)
 
     def _request(self, hint: Hint, token: str) -> NotificationRequest | None:
         body = apns_body(hint)
         collapse_id = body["topic"]
-        too_big = len(json.dumps(body).encode()) > MAX_BODY_BYTES
-        if too_big or len(collapse_id.encode()) > MAX_COLLAPSE_ID_BYTES:
+        # Base64 and decimal digits are ASCII and need no escaping: the length is known without
+        # serialising the body once more (aioapns serialises it for the request).
+        too_big = BODY_OVERHEAD_BYTES + len(collapse_id) + len(body["sequence_id"]) > MAX_BODY_BYTES
+        if too_big or len(collapse_id) > MAX_COLLAPSE_ID_BYTES:
             return None
         return NotificationRequest(
             device_token=token,
@@ -149,7 +205,9 @@ class ApnsProvider:
 
     async def _attempt(self, request: NotificationRequest) -> tuple[str | None, str | None]:
         try:
-            result = await asyncio.wait_for(self._pool.send_notification(request), self._timeout)
+            # asyncio.timeout, not wait_for: no extra task per send (the hot path of the channel).
+            async with asyncio.timeout(self._timeout):
+                result = await self._pool.send_notification(request)
         except (TimeoutError, *CONNECTION_ERRORS):
             return None, None
         return str(result.status), result.description

@@ -3,15 +3,23 @@
 firebase-admin (pinned to 7.7) is used for what it does well: the message
 model, OAuth2 from the service account (its own token_uri, so a local token
 endpoint works in tests), the async HTTP/2 client and the mapping of FCM error
-bodies to exceptions. Three things are adjusted, all in this module: the base
+bodies to exceptions. These things are adjusted, all in this module: the base
 URL (XMTP_PUSH_FCM_ENDPOINT), the library's own retries (off: retries go
-through our queue), and the Android priority, written as the API's enum name.
+through our queue), the Android priority, written as the API's enum name, the
+OAuth scope (FCM's own, not the library's cloud-platform set), and the OAuth
+token fetch: google-auth makes it with a blocking call (120 s timeout, retries
+with sleeps) from inside the request, which would stall the event loop, and
+with it every channel of the worker; it is done here in a thread, bounded by
+our timeout, before the request needs it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import hashlib
+import json
 import warnings
 from typing import Any
 
@@ -20,10 +28,12 @@ from firebase_admin import credentials as firebase_credentials
 from firebase_admin import exceptions, messaging
 from firebase_admin._http_client import HttpxAsyncClient
 from firebase_admin._retry import HttpxRetry
+from google.auth.transport import requests as google_auth_requests
 
 from app.delivery.credentials import FcmCredentials
 from app.delivery.types import DELIVERED, MISMATCH, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
 
+FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 QUOTA_DELAY_DEFAULT, QUOTA_DELAY_MIN, QUOTA_DELAY_MAX = 60.0, 60.0, 300.0
 # firebase-admin exception or error code -> outcome (quota is handled apart: it pauses the channel).
 EXCEPTION_OUTCOMES: tuple[tuple[type[Exception], Outcome], ...] = (
@@ -81,9 +91,10 @@ def _quota_delay(error: BaseException | None) -> float:
     return min(QUOTA_DELAY_MAX, max(QUOTA_DELAY_MIN, delay))
 
 
-class _EndpointMessagingService(messaging._MessagingService):
+class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[misc]
     def __init__(self, app: firebase_admin.App, endpoint: str, timeout_seconds: float) -> None:
         super().__init__(app)
+        self._credential: Any = self._credential.with_scopes([FCM_SCOPE])
         self._fcm_url = f"{endpoint}/v1/projects/{self._project_id}/messages:send"
         self._async_client = HttpxAsyncClient(
             credential=self._credential, timeout=timeout_seconds, retry_config=HttpxRetry(max_retries=0)
@@ -102,7 +113,8 @@ class FcmProvider:
 
     def __init__(self, credentials: FcmCredentials, timeout_seconds: float) -> None:
         account = credentials.service_account
-        name = "xmtp-push-" + hashlib.sha256(f"{account['project_id']}/{account['client_email']}".encode()).hexdigest()[:16]
+        # One firebase app per service account, all of it: another key or token_uri is another app.
+        name = "xmtp-push-" + hashlib.sha256(json.dumps(account, sort_keys=True).encode()).hexdigest()[:16]
         try:
             self._app = firebase_admin.get_app(name)
         except ValueError:
@@ -111,8 +123,26 @@ class FcmProvider:
                 certificate, {"projectId": credentials.project_id, "httpTimeout": timeout_seconds}, name=name
             )
         self._service = _EndpointMessagingService(self._app, credentials.endpoint, timeout_seconds)
+        self._timeout = timeout_seconds
+        # google-auth's HTTP transport, with our timeout in place of its 120 s default.
+        self._auth_request = functools.partial(google_auth_requests.Request(), timeout=timeout_seconds)
+        self._refreshing = asyncio.Lock()
+
+    async def _ensure_access_token(self) -> None:
+        """Fetch the OAuth token off the event loop, once for all sends waiting on it."""
+        credential = self._service._credential
+        if credential.valid:
+            return
+        async with self._refreshing:
+            if not credential.valid:
+                refresh = asyncio.to_thread(credential.refresh, self._auth_request)
+                await asyncio.wait_for(refresh, self._timeout)
 
     async def send(self, hint: Hint, target: Target) -> Outcome:
+        try:
+            await self._ensure_access_token()
+        except Exception:  # token endpoint down, slow or refusing: try again later
+            return TRANSIENT
         try:
             batch = await self._service.send_each_async([fcm_message(hint, target.address)], dry_run=False)
         except exceptions.FirebaseError as error:

@@ -1,0 +1,389 @@
+"""The APNs channel on the wire: ApnsProvider (aioapns underneath) against a local HTTP/2 APNs.
+
+Nothing of ours is replaced: the provider, aioapns, h2 and TLS run for real; only Apple's server is
+the fake in tests/fake_apns.py, which records every header and body and answers per device token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from app.core.config import Settings, SettingsError
+from app.delivery.credentials import apns_credentials
+from app.delivery.providers.apns import ApnsProvider, SharedToken
+from app.delivery.types import Hint, OutcomeKind, Target
+from tests import keys
+from tests.fake_apns import FakeApns, Reply, TlsFiles, make_tls_files
+from tests.support import make_settings
+
+NO_DATABASE = "sqlite+aiosqlite:///unused.db"
+BUNDLE_ID, KEY_ID, TEAM_ID = "org.example.app", "KEYID12345", "TEAMID1234"
+TOPIC = b"\x00" + bytes(range(16))
+TOPIC_B64 = base64.b64encode(TOPIC).decode()
+SEQUENCE_ID = 18_446_744_073_709_551_615  # uint64 max: travels as decimal text
+APNS_CHANNEL = 1
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return make_tls_files(tmp_path_factory.mktemp("fake-apns-tls"))
+
+
+@pytest.fixture(scope="module")
+def server(tls: TlsFiles) -> Iterator[FakeApns]:
+    with FakeApns(tls) as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake(server: FakeApns) -> FakeApns:
+    server.reset()
+    return server
+
+
+def apns_settings(fake: FakeApns, **overrides: Any) -> Settings:
+    return make_settings(NO_DATABASE, apns_endpoint=fake.endpoint, apns_ca_file=fake.tls.ca_file, **overrides)
+
+
+@pytest.fixture
+async def provider(fake: FakeApns) -> AsyncIterator[ApnsProvider]:
+    credentials = apns_credentials(apns_settings(fake))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=5.0)
+    yield apns
+    await apns.close()
+
+
+def hint(sequence_id: int = SEQUENCE_ID, topic: bytes = TOPIC) -> Hint:
+    return Hint(topic, sequence_id, b"\x01" * 32)
+
+
+def device(token: str) -> Target:
+    return Target(APNS_CHANNEL, token, None, b"\x02" * 32)
+
+
+def public_key() -> ec.EllipticCurvePublicKey:
+    return keys.apns_key().public_key()
+
+
+def verified_claims(token: str) -> dict[str, Any]:
+    claims: dict[str, Any] = jwt.decode(token, public_key(), algorithms=["ES256"])
+    return claims
+
+
+# --------------------------------------------------------------------------- the request
+
+
+async def test_request_headers_body_and_token(fake: FakeApns, provider: ApnsProvider) -> None:
+    outcome = await provider.send(hint(), device("ok.wire"))
+
+    assert outcome.kind is OutcomeKind.DELIVERED
+    [request] = fake.requests
+    assert request.header(":method") == "POST"
+    assert request.header(":scheme") == "https"
+    assert request.header(":path") == "/3/device/ok.wire"
+    assert request.header("apns-topic") == BUNDLE_ID
+    assert request.header("apns-push-type") == "background"
+    assert request.header("apns-priority") == "5"
+    assert request.header("apns-collapse-id") == TOPIC_B64
+    assert request.header("apns-expiration") is None
+    assert request.json() == {
+        "aps": {"content-available": 1},
+        "topic": TOPIC_B64,
+        "sequence_id": "18446744073709551615",
+    }
+    # Token auth: bearer <ES256 JWT>, kid = key id, iss = team id, iat = now; nothing else.
+    assert (request.header("authorization") or "").startswith("bearer ")
+    header = jwt.get_unverified_header(request.jwt)
+    assert header["alg"] == "ES256" and header["kid"] == KEY_ID
+    claims = verified_claims(request.jwt)
+    assert claims["iss"] == TEAM_ID
+    assert abs(claims["iat"] - time.time()) < 60
+    assert set(claims) == {"iss", "iat"}
+
+
+async def test_collapse_id_over_64_bytes_is_refused_without_a_request(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    long_topic = b"\x00" + b"t" * 60  # base64 is 84 characters
+    outcome = await provider.send(hint(topic=long_topic), device("ok.long"))
+    assert outcome.kind is OutcomeKind.REJECTED
+    assert fake.requests == []
+
+
+async def test_one_jwt_for_many_requests_and_several_connections(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    # The server allows 40 streams per connection (Apple: 1000) and holds every answer until 150
+    # requests arrived, so the pool has to open more connections while the first is full.
+    fake.max_concurrent_streams = 40
+    fake.hold_until = 150
+    outcomes = await asyncio.gather(*(provider.send(hint(i), device(f"ok.c{i}")) for i in range(150)))
+    assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
+    fake.hold_until = 0
+    for i in range(5):  # and later requests keep presenting it
+        assert (await provider.send(hint(i), device(f"ok.later{i}"))).kind is OutcomeKind.DELIVERED
+
+    assert len({r.connection for r in fake.requests}) >= 2
+    tokens = {r.jwt for r in fake.requests}
+    assert len(tokens) == 1, f"{len(tokens)} provider tokens for one key"
+    verified_claims(tokens.pop())
+
+
+async def test_expired_provider_token_is_renewed_once_and_resent(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    outcome = await provider.send(hint(), device("expired-once.a"))
+
+    assert outcome.kind is OutcomeKind.DELIVERED
+    first, second = fake.requests_for("expired-once.a")
+    assert first.jwt != second.jwt
+    assert verified_claims(second.jwt)["iss"] == TEAM_ID
+    assert second.json() == first.json()
+    # The renewed token is the one kept for what follows.
+    await provider.send(hint(), device("ok.after"))
+    assert fake.requests_for("ok.after")[0].jwt == second.jwt
+
+
+async def test_expired_provider_token_twice_is_not_resent_again(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    expired = Reply(403, "ExpiredProviderToken")
+    fake.script("twice", expired, expired, Reply(200))
+    outcome = await provider.send(hint(), device("twice"))
+    assert outcome.kind is OutcomeKind.REJECTED
+    assert len(fake.requests_for("twice")) == 2
+
+
+async def test_a_burst_of_expired_answers_renews_the_token_once(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    await provider.send(hint(), device("ok.first"))
+    stale = fake.requests[0].jwt
+    fake.expire_jwt(stale)  # Apple now refuses that token, whoever presents it
+
+    outcomes = await asyncio.gather(*(provider.send(hint(i), device(f"ok.burst{i}")) for i in range(50)))
+
+    assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
+    renewed = {r.jwt for r in fake.requests if r.jwt != stale}
+    # Apple answers TooManyProviderTokenUpdates to a provider that keeps minting tokens.
+    assert len(renewed) == 1, f"{len(renewed)} new tokens for one expiry"
+
+
+def test_shared_token_is_renewed_before_it_is_an_hour_old() -> None:
+    now = [1_800_000_000.0]
+    token = SharedToken(keys.apns_key_pem(), KEY_ID, TEAM_ID, clock=lambda: now[0])
+    first = token.get_header()
+    now[0] += 49 * 60
+    assert token.get_header() == first  # reused, not regenerated
+    now[0] += 2 * 60  # 51 minutes old: Apple refuses it at 60
+    renewed = token.get_header()
+    assert renewed != first
+    claims = jwt.decode(renewed.split()[1], public_key(), algorithms=["ES256"], options={"verify_iat": False})
+    assert claims["iat"] == int(now[0])
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        ("ok", OutcomeKind.DELIVERED),
+        ("gone", OutcomeKind.DEAD),  # 410 Unregistered
+        ("expiredtoken", OutcomeKind.DEAD),  # 410 ExpiredToken
+        ("bad", OutcomeKind.MISMATCH),  # 400 BadDeviceToken
+        ("topic", OutcomeKind.MISMATCH),  # 400 DeviceTokenNotForTopic
+        ("busy", OutcomeKind.TRANSIENT),  # 429
+        ("err", OutcomeKind.TRANSIENT),  # 500
+        ("unavailable", OutcomeKind.TRANSIENT),  # 503
+        ("forbidden", OutcomeKind.REJECTED),  # 403 InvalidProviderToken
+        ("badtopic", OutcomeKind.REJECTED),  # 400, another reason
+        ("toolarge", OutcomeKind.REJECTED),  # 413
+    ],
+)
+async def test_outcome_table(
+    fake: FakeApns, provider: ApnsProvider, token: str, expected: OutcomeKind
+) -> None:
+    outcome = await provider.send(hint(), device(f"{token}.t"))
+    assert outcome.kind is expected
+    assert outcome.delay_seconds is None and not outcome.pause_channel
+    assert len(fake.requests) == 1  # one attempt: retries go through our queue
+
+
+@pytest.mark.parametrize("status", [405, 404, 401, 409])
+async def test_other_4xx_is_rejected(fake: FakeApns, provider: ApnsProvider, status: int) -> None:
+    fake.script("other4xx", Reply(status, "SomethingElse"))
+    assert (await provider.send(hint(), device("other4xx"))).kind is OutcomeKind.REJECTED
+
+
+async def test_many_error_answers_on_one_connection_all_resolve(fake: FakeApns) -> None:
+    # Each error answer's JSON body takes flow-control credit from the client's connection window
+    # (64 KiB); a client that never gives it back stalls after that many bytes of error bodies
+    # (about 1,300 real 410 bodies). Long reasons make the window run out within 60 answers here.
+    fake.script("gone", Reply(410, "Unregistered" + " " * 2000))
+    credentials = apns_credentials(apns_settings(fake))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=3.0, max_connections=1)
+    try:
+        outcomes = await asyncio.gather(*(apns.send(hint(i), device(f"gone.{i}")) for i in range(120)))
+    finally:
+        await apns.close()
+    assert [o.kind for o in outcomes] == [OutcomeKind.DEAD] * 120
+    assert len({r.connection for r in fake.requests}) == 1
+
+
+async def test_delivered_requests_leave_no_bookkeeping_behind(fake: FakeApns, provider: ApnsProvider) -> None:
+    for i in range(20):
+        await provider.send(hint(i), device(f"ok.b{i}"))
+    await provider.send(hint(), device("gone.b"))
+    # aioapns 4.0 internals (the version is pinned): per-request tables of the connection.
+    [connection] = provider._pool.connections
+    assert connection.requests == {} and connection.request_statuses == {}
+    assert connection.request_streams == {}
+
+
+# --------------------------------------------------------------------------- time and connection trouble
+
+
+async def test_timeout_bounds_a_server_that_never_answers(fake: FakeApns) -> None:
+    credentials = apns_credentials(apns_settings(fake))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=0.3)
+    try:
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(apns.send(hint(i), device(f"slow.{i}")) for i in range(20)))
+        elapsed = time.monotonic() - started
+        assert [o.kind for o in outcomes] == [OutcomeKind.TRANSIENT] * 20
+        assert elapsed < 2.0
+        # The abandoned streams are reset (their slots are free again) and the connection still works.
+        for _ in range(300):  # up to 3 s for the RST_STREAM frames to come in
+            if len(fake.resets) >= 20:
+                break
+            await asyncio.sleep(0.01)
+        assert fake.resets == [8] * 20  # RST_STREAM CANCEL
+        assert (await apns.send(hint(), device("ok.after-timeout"))).kind is OutcomeKind.DELIVERED
+    finally:
+        await apns.close()
+
+
+async def test_an_answer_after_the_timeout_harms_no_other_request(fake: FakeApns) -> None:
+    credentials = apns_credentials(apns_settings(fake))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=1.0)
+    fake.script("late", Reply(410, "Unregistered", held=True))
+    fake.script("steady", Reply(200, held=True))
+    try:
+        assert (await apns.send(hint(), device("ok.warm"))).kind is OutcomeKind.DELIVERED
+        late = asyncio.ensure_future(apns.send(hint(), device("late")))
+        await asyncio.sleep(0.5)
+        steady = asyncio.ensure_future(apns.send(hint(), device("steady")))
+        assert (await late).kind is OutcomeKind.TRANSIENT  # given up after 1 s
+        fake.release()  # the late answer arrives now, while `steady` is in flight on the same connection
+        assert (await steady).kind is OutcomeKind.DELIVERED
+        assert (await apns.send(hint(), device("ok.still"))).kind is OutcomeKind.DELIVERED
+        assert len({r.connection for r in fake.requests}) == 1
+    finally:
+        await apns.close()
+
+
+async def test_connection_refused_is_transient(tls: TlsFiles) -> None:
+    stopped = FakeApns(tls).start()
+    endpoint = stopped.endpoint
+    stopped.stop()  # nothing listens on that port any more
+    settings = make_settings(NO_DATABASE, apns_endpoint=endpoint, apns_ca_file=tls.ca_file)
+    credentials = apns_credentials(settings)
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=2.0)
+    try:
+        started = time.monotonic()
+        assert (await apns.send(hint(), device("ok.refused"))).kind is OutcomeKind.TRANSIENT
+        assert time.monotonic() - started < 2.5
+    finally:
+        await apns.close()
+
+
+async def test_connection_lost_mid_request_is_transient(fake: FakeApns, provider: ApnsProvider) -> None:
+    fake.script("hang", Reply(200, silent=True))
+    pending = asyncio.ensure_future(provider.send(hint(), device("hang")))
+    await fake.wait_for(1)
+    fake.drop_connections()
+    assert (await asyncio.wait_for(pending, 3)).kind is OutcomeKind.TRANSIENT
+    # A new connection is made for the next send.
+    assert (await provider.send(hint(), device("ok.reconnected"))).kind is OutcomeKind.DELIVERED
+
+
+async def test_untrusted_server_certificate_is_transient(fake: FakeApns, tmp_path: Path) -> None:
+    other = make_tls_files(tmp_path / "other-ca")  # a CA that did not sign the fake's certificate
+    credentials = apns_credentials(
+        make_settings(NO_DATABASE, apns_endpoint=fake.endpoint, apns_ca_file=other.ca_file)
+    )
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=2.0)
+    try:
+        assert (await apns.send(hint(), device("ok.untrusted"))).kind is OutcomeKind.TRANSIENT
+    finally:
+        await apns.close()
+    assert fake.requests == []
+
+
+# --------------------------------------------------------------------------- start-up validation
+
+
+def _pem(key: Any) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",
+        _pem(rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        _pem(ec.generate_private_key(ec.SECP384R1())),
+        "/nonexistent/AuthKey_KEYID12345.p8",
+    ],
+    ids=["bad-pem", "rsa", "p384", "missing-path"],
+)
+def test_unusable_key_stops_start_up_naming_the_setting(key: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        apns_credentials(make_settings(NO_DATABASE, apns_key=key))
+    message = str(raised.value)
+    assert message.startswith("XMTP_PUSH_APNS_KEY")
+    assert "BEGIN" not in message and "nonexistent" not in message  # never the value itself
+
+
+def test_missing_ca_file_stops_start_up() -> None:
+    with pytest.raises(SettingsError, match=r"^XMTP_PUSH_APNS_CA_FILE"):
+        apns_credentials(make_settings(NO_DATABASE, apns_ca_file="/nonexistent/ca.pem"))
+
+
+def test_apple_hosts_by_environment() -> None:
+    production = apns_credentials(make_settings(NO_DATABASE))
+    sandbox = apns_credentials(make_settings(NO_DATABASE, apns_environment="sandbox"))
+    assert production is not None and production.endpoint == "https://api.push.apple.com"
+    assert sandbox is not None and sandbox.endpoint == "https://api.sandbox.push.apple.com"
+
+
+async def test_key_given_as_a_file_path(fake: FakeApns, tmp_path: Path) -> None:
+    path = tmp_path / "AuthKey_KEYID12345.p8"
+    path.write_text(keys.apns_key_pem())
+    credentials = apns_credentials(apns_settings(fake, apns_key=str(path)))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=5.0)
+    try:
+        assert (await apns.send(hint(), device("ok.path"))).kind is OutcomeKind.DELIVERED
+    finally:
+        await apns.close()
+    verified_claims(fake.requests[0].jwt)

@@ -1,0 +1,334 @@
+"""The FCM channel on the wire: FcmProvider (firebase-admin underneath) against a local FCM.
+
+Nothing of ours is replaced: the provider, firebase-admin, google-auth and httpx run for real; only
+Google's two endpoints (OAuth token, FCM v1 send) are the fake in tests/fake_fcm.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+
+from app.core.config import Settings, SettingsError
+from app.delivery.credentials import fcm_credentials
+from app.delivery.providers.fcm import FcmProvider
+from app.delivery.types import Hint, OutcomeKind, Target
+from tests import keys
+from tests.fake_fcm import FakeFcm, Reply
+from tests.support import make_settings
+
+NO_DATABASE = "sqlite+aiosqlite:///unused.db"
+FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+TOPIC = b"\x01" + bytes(range(32))  # a welcome topic
+TOPIC_B64 = base64.b64encode(TOPIC).decode()
+SEQUENCE_ID = 9_007_199_254_740_993  # not exact as a double: must travel as text
+FCM_CHANNEL = 2
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeFcm]:
+    with FakeFcm() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake(server: FakeFcm) -> FakeFcm:
+    server.reset()
+    return server
+
+
+def fcm_settings(fake: FakeFcm, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "fcm_service_account": keys.service_account(token_uri=fake.token_uri),
+        "fcm_endpoint": fake.endpoint,
+    }
+    values.update(overrides)
+    return make_settings(NO_DATABASE, **values)
+
+
+def new_provider(fake: FakeFcm, timeout: float = 5.0, **overrides: Any) -> FcmProvider:
+    credentials = fcm_credentials(fcm_settings(fake, **overrides))
+    assert credentials is not None
+    return FcmProvider(credentials, timeout_seconds=timeout)
+
+
+@pytest.fixture(scope="module")
+async def shared(server: FakeFcm) -> AsyncIterator[FcmProvider]:
+    fcm = new_provider(server)
+    yield fcm
+    await fcm.close()
+
+
+@pytest.fixture
+def provider(fake: FakeFcm, shared: FcmProvider) -> FcmProvider:
+    """One provider for the tests that do not care about its access token (building one is slow)."""
+    return shared
+
+
+@pytest.fixture
+async def fresh(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
+    """A provider of its own: no access token yet."""
+    fcm = new_provider(fake)
+    yield fcm
+    await fcm.close()
+
+
+def hint(sequence_id: int = SEQUENCE_ID) -> Hint:
+    return Hint(TOPIC, sequence_id, b"\x01" * 32)
+
+
+def device(token: str) -> Target:
+    return Target(FCM_CHANNEL, token, None, b"\x02" * 32)
+
+
+# --------------------------------------------------------------------------- the request
+
+
+async def test_request_path_auth_and_exact_body(fake: FakeFcm, provider: FcmProvider) -> None:
+    outcome = await provider.send(hint(), device("ok.wire"))
+
+    assert outcome.kind is OutcomeKind.DELIVERED
+    [request] = fake.requests
+    assert request.path == "/v1/projects/test-project/messages:send"
+    assert request.headers["authorization"] == "Bearer test-token"
+    assert request.headers["content-type"].startswith("application/json")
+    assert request.json() == {
+        "message": {
+            "token": "ok.wire",
+            "data": {"topic": TOPIC_B64, "sequence_id": "9007199254740993"},
+            "android": {"priority": "HIGH"},
+            "apns": {
+                "headers": {"apns-priority": "5", "apns-push-type": "background"},
+                "payload": {"aps": {"content-available": 1}},
+            },
+        }
+    }
+
+
+async def test_access_token_comes_from_the_service_accounts_token_uri(
+    fake: FakeFcm, fresh: FcmProvider
+) -> None:
+    for i in range(5):
+        assert (await fresh.send(hint(i), device(f"ok.{i}"))).kind is OutcomeKind.DELIVERED
+
+    [token_request] = fake.token_requests  # fetched once, reused
+    assert token_request.form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    account = json.loads(keys.service_account(token_uri=fake.token_uri))
+    # google-auth names Google's token endpoint as the audience whatever token_uri says.
+    claims = jwt.decode(
+        token_request.assertion,
+        keys.fcm_key().public_key(),
+        algorithms=["RS256"],
+        audience="https://oauth2.googleapis.com/token",
+    )
+    assert claims["iss"] == account["client_email"]
+    assert abs(claims["iat"] - time.time()) < 60
+    assert FCM_SCOPE in claims["scope"].split()
+    assert jwt.get_unverified_header(token_request.assertion)["kid"] == account["private_key_id"]
+
+
+async def test_concurrent_sends_share_one_access_token(fake: FakeFcm, fresh: FcmProvider) -> None:
+    fake.token_delay = 0.2
+    outcomes = await asyncio.gather(*(fresh.send(hint(i), device(f"ok.c{i}")) for i in range(50)))
+    assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
+    assert len(fake.token_requests) == 1
+    assert {r.headers["authorization"] for r in fake.requests} == {"Bearer test-token"}
+
+
+async def test_a_slow_token_endpoint_does_not_stall_the_event_loop(fake: FakeFcm, fresh: FcmProvider) -> None:
+    # google-auth fetches the token with a blocking call; the worker's other channels share the loop.
+    fake.token_delay = 1.0
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticking = asyncio.ensure_future(ticker())
+    try:
+        assert (await fresh.send(hint(), device("ok.slow-token"))).kind is OutcomeKind.DELIVERED
+    finally:
+        ticking.cancel()
+    assert max(gaps) < 0.5, f"the event loop stood still for {max(gaps):.2f} s"
+
+
+@pytest.mark.filterwarnings("error")
+async def test_no_deprecation_warning_escapes(fake: FakeFcm) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fcm = new_provider(fake)
+        try:
+            assert (await fcm.send(hint(), device("ok.warnings"))).kind is OutcomeKind.DELIVERED
+        finally:
+            await fcm.close()
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        ("ok", OutcomeKind.DELIVERED),
+        ("gone", OutcomeKind.DEAD),  # 404 UNREGISTERED
+        ("mismatch", OutcomeKind.MISMATCH),  # 403 SENDER_ID_MISMATCH
+        ("unavailable", OutcomeKind.TRANSIENT),  # 503 UNAVAILABLE
+        ("internal", OutcomeKind.TRANSIENT),  # 500 INTERNAL
+        ("invalid", OutcomeKind.REJECTED),  # 400 INVALID_ARGUMENT
+        ("denied", OutcomeKind.REJECTED),  # 403 PERMISSION_DENIED, no FCM code
+    ],
+)
+async def test_outcome_table(fake: FakeFcm, provider: FcmProvider, token: str, expected: OutcomeKind) -> None:
+    outcome = await provider.send(hint(), device(f"{token}.t"))
+    assert outcome.kind is expected
+    assert outcome.delay_seconds is None and not outcome.pause_channel
+    assert len(fake.requests) == 1  # firebase-admin's own retries are off: ours go through the queue
+
+
+@pytest.mark.parametrize(
+    ("status", "name"), [(503, "UNAVAILABLE"), (500, "INTERNAL"), (502, None), (504, None)]
+)
+async def test_server_errors_get_exactly_one_request(
+    fake: FakeFcm, provider: FcmProvider, status: int, name: str | None
+) -> None:
+    fake.script("flaky", Reply(status, name, name))
+    outcome = await provider.send(hint(), device("flaky"))
+    await asyncio.sleep(0.2)  # a library retry would have come by now
+    assert len(fake.requests) == 1
+    if status in (500, 503):
+        assert outcome.kind is OutcomeKind.TRANSIENT
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "delay"),
+    [("5", 60.0), ("120", 120.0), ("1000", 300.0), (None, 60.0), ("soon", 60.0)],
+)
+async def test_quota_exceeded_pauses_the_channel(
+    fake: FakeFcm, provider: FcmProvider, retry_after: str | None, delay: float
+) -> None:
+    fake.script("quota", Reply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after=retry_after))
+    outcome = await provider.send(hint(), device("quota.t"))
+    assert outcome.kind is OutcomeKind.TRANSIENT
+    assert outcome.delay_seconds == delay
+    assert outcome.pause_channel is True
+    assert len(fake.requests) == 1
+
+
+async def test_429_without_an_fcm_code_also_pauses(fake: FakeFcm, provider: FcmProvider) -> None:
+    fake.script("busy", Reply(429, "RESOURCE_EXHAUSTED", retry_after="90"))
+    outcome = await provider.send(hint(), device("busy"))
+    assert (outcome.kind, outcome.delay_seconds, outcome.pause_channel) == (OutcomeKind.TRANSIENT, 90.0, True)
+
+
+async def test_timeout_bounds_a_slow_answer(fake: FakeFcm) -> None:
+    fcm = new_provider(fake, timeout=0.5)
+    try:
+        await fcm.send(hint(), device("ok.warm"))  # the token fetch is not part of what is timed
+        started = time.monotonic()
+        outcome = await fcm.send(hint(), device("slow.t"))
+        elapsed = time.monotonic() - started
+    finally:
+        await fcm.close()
+    assert outcome.kind is OutcomeKind.TRANSIENT
+    assert elapsed < 2.0
+
+
+async def test_connection_refused_is_transient(fake: FakeFcm) -> None:
+    closed = FakeFcm().start()
+    endpoint = closed.endpoint
+    closed.stop()
+    fcm = new_provider(fake, fcm_endpoint=endpoint)  # token from the live fake, sends to nothing
+    try:
+        assert (await fcm.send(hint(), device("ok.refused"))).kind is OutcomeKind.TRANSIENT
+    finally:
+        await fcm.close()
+
+
+@pytest.mark.parametrize("status", [500, 400])
+async def test_token_endpoint_failure_is_transient(fake: FakeFcm, status: int) -> None:
+    fake.token_status = status
+    fcm = new_provider(fake, timeout=0.5)
+    try:
+        assert (await fcm.send(hint(), device("ok.no-token"))).kind is OutcomeKind.TRANSIENT
+    finally:
+        await fcm.close()
+    assert fake.requests == []  # nothing is sent without a token
+
+
+# --------------------------------------------------------------------------- start-up validation
+
+
+def _account(**changes: Any) -> dict[str, Any]:
+    account: dict[str, Any] = json.loads(keys.service_account())
+    account.update(changes)
+    return {k: v for k, v in account.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        json.dumps(_account(project_id=None)),
+        json.dumps(_account(project_id="")),
+        json.dumps(_account(client_email=None)),
+        json.dumps(_account(private_key=None)),
+        json.dumps(_account(token_uri=None)),
+        '{"type": "service_account", ',
+        "[1, 2]",
+        "/nonexistent/service-account.json",
+    ],
+    ids=[
+        "no-project",
+        "empty-project",
+        "no-email",
+        "no-key",
+        "no-token-uri",
+        "bad-json",
+        "not-object",
+        "missing",
+    ],
+)
+def test_unusable_service_account_stops_start_up_naming_the_setting(value: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        fcm_credentials(make_settings(NO_DATABASE, fcm_service_account=value))
+    message = str(raised.value)
+    assert message.startswith("XMTP_PUSH_FCM_SERVICE_ACCOUNT")
+    assert "PRIVATE KEY" not in message and "nonexistent" not in message
+
+
+def test_not_configured_without_a_service_account() -> None:
+    assert fcm_credentials(make_settings(NO_DATABASE, fcm_service_account=None)) is None
+
+
+async def test_service_account_given_as_a_file_path(fake: FakeFcm, tmp_path: Path) -> None:
+    path = tmp_path / "service-account.json"
+    path.write_text(keys.service_account(token_uri=fake.token_uri))
+    fcm = new_provider(fake, fcm_service_account=str(path))
+    try:
+        assert (await fcm.send(hint(), device("ok.file"))).kind is OutcomeKind.DELIVERED
+    finally:
+        await fcm.close()
+    assert fake.requests[0].path == "/v1/projects/test-project/messages:send"
+
+
+async def test_another_project_is_another_app(fake: FakeFcm) -> None:
+    other = new_provider(
+        fake, fcm_service_account=keys.service_account(fake.token_uri, project_id="other-project")
+    )
+    try:
+        assert (await other.send(hint(), device("ok.other"))).kind is OutcomeKind.DELIVERED
+    finally:
+        await other.close()
+    assert fake.requests[0].path == "/v1/projects/other-project/messages:send"
