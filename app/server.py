@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
@@ -112,6 +113,11 @@ async def serve_api(
         background(runtime, jobs, stop),
         running_api(runtime) as servers,
     ):
+        # Everything made so far (modules, app, engine, servers) lives as long as
+        # the process. Frozen, the collector stops rescanning it: full collections
+        # over it paused the event loop for 50-140 ms at a time under load.
+        gc.collect()
+        gc.freeze()
         log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
         await _first_of(stop.wait(), servers.http_task)
         log.info("stopping")

@@ -23,6 +23,7 @@ from app.recipients import validation
 from app.recipients.models import Recipient
 from app.recipients.types import (
     Channel,
+    Delivery,
     RecipientState,
     RegisterCommand,
     UnregisterCommand,
@@ -65,20 +66,32 @@ def hash_secret(secret: bytes) -> bytes:
 async def register(session: AsyncSession, rules: RecipientRules, command: RegisterCommand) -> RecipientState:
     validation.check_credentials(command.recipient_id, command.recipient_secret)
     secret_hash = hash_secret(command.recipient_secret)
-    _check_secret(await repo.get_recipient(session, command.recipient_id), secret_hash)
+    # Check 3 (the secret) is decided by the upsert itself, which writes only
+    # under the stored secret hash. The recipient is read only when a later
+    # check refuses the request, so that a wrong secret still answers first;
+    # reading it on every call cost as much as the rest of the call.
+    try:
+        delivery = await _admit_delivery(rules, command)
+    except DomainError:
+        _check_secret(await repo.get_recipient(session, command.recipient_id), secret_hash)
+        raise
+    now_ns = rules.clock()
+    topic_count = await repo.upsert_recipient(session, command.recipient_id, secret_hash, delivery, now_ns)
+    if topic_count is None:  # the id is taken under another secret
+        raise DomainError(Code.PERMISSION_DENIED, errors.BAD_SECRET)
+    metrics.recipients_total.labels("registered").inc()
+    return RecipientState(topic_count, delivery.channel, now_ns + rules.ttl_ns)
+
+
+async def _admit_delivery(rules: RecipientRules, command: RegisterCommand) -> Delivery:
+    """Checks 4 to 7 of a registration, in order."""
     delivery = command.delivery
     if delivery is not None and delivery.channel not in rules.configured_channels:
         raise DomainError(Code.FAILED_PRECONDITION, errors.CHANNEL_NOT_CONFIGURED)
     if delivery is not None and delivery.channel is Channel.HTTP:
         await _check_url(delivery.target, rules.url_policy)
         validation.check_signing_key(delivery)
-    delivery = validation.check_target_and_metadata(delivery, command.metadata)
-    now_ns = rules.clock()
-    topic_count = await repo.upsert_recipient(session, command.recipient_id, secret_hash, delivery, now_ns)
-    if topic_count is None:  # taken under another secret since the read above
-        raise DomainError(Code.PERMISSION_DENIED, errors.BAD_SECRET)
-    metrics.recipients_total.labels("registered").inc()
-    return RecipientState(topic_count, delivery.channel, now_ns + rules.ttl_ns)
+    return validation.check_target_and_metadata(delivery, command.metadata)
 
 
 async def unregister(session: AsyncSession, command: UnregisterCommand) -> None:
