@@ -16,6 +16,7 @@ from sqlalchemy import (
     column,
     delete,
     func,
+    literal_column,
     select,
     update,
 )
@@ -141,22 +142,25 @@ async def existing_topics(session: AsyncSession, recipient_id: bytes, topics: Se
 
 async def upsert_subscriptions(
     session: AsyncSession, recipient_id: bytes, specs: Sequence[SubscriptionSpec], now_ns: int
-) -> None:
-    """Insert new subscriptions; for existing ones replace keys and flags, keep start_ns."""
+) -> int:
+    """Insert new subscriptions; for existing ones replace keys and flags, keep start_ns.
+    Returns how many were new."""
     if not specs:
-        return
+        return 0
     rows = [_subscription_row(recipient_id, spec, now_ns) for spec in specs]
     if session.get_bind().dialect.name == "postgresql":
         # One statement over arrays: an executemany is one INSERT execution per
         # row on the server (1000 executor start-ups and round trips' worth of
-        # work for a full request).
+        # work for a full request). xmax is 0 exactly on the rows it inserted.
         stmt = _insert(session, Subscription).from_select(
             ["topic", "recipient_id", "start_ns", "hmac_epoch_base", "hmac_keys", "include_commits"],
             _unnested_subscriptions(rows, recipient_id, now_ns),
         )
-        await session.execute(_on_conflict_replace_keys(stmt))
-        return
+        inserted = _on_conflict_replace_keys(stmt).returning(literal_column("(xmax = 0)", Boolean))
+        return sum(1 for (new,) in await session.execute(inserted) if new)
+    present = await existing_topics(session, recipient_id, [row["topic"] for row in rows])
     await session.execute(_on_conflict_replace_keys(_insert(session, Subscription)), rows)
+    return len(rows) - len(present)
 
 
 def _on_conflict_replace_keys(stmt: Any) -> Any:
@@ -209,13 +213,16 @@ def _subscription_row(recipient_id: bytes, spec: SubscriptionSpec, now_ns: int) 
     }
 
 
-async def delete_subscriptions(session: AsyncSession, recipient_id: bytes, topics: Sequence[bytes]) -> None:
-    if topics:
-        await session.execute(
-            delete(Subscription).where(
-                Subscription.recipient_id == recipient_id, Subscription.topic.in_(topics)
-            )
-        )
+async def delete_subscriptions(session: AsyncSession, recipient_id: bytes, topics: Sequence[bytes]) -> int:
+    """Delete the recipient's subscriptions to these topics; returns how many existed."""
+    if not topics:
+        return 0
+    stmt = (
+        delete(Subscription)
+        .where(Subscription.recipient_id == recipient_id, Subscription.topic.in_(topics))
+        .returning(Subscription.topic)
+    )
+    return len((await session.execute(stmt)).all())
 
 
 async def renew(session: AsyncSession, recipient_id: bytes, topic_count: int, now_ns: int) -> None:

@@ -109,19 +109,17 @@ async def update_subscriptions(
     recipient = await repo.get_recipient(session, command.recipient_id, lock=True)
     recipient = _require_recipient(recipient, hash_secret(command.recipient_secret))
     validation.check_subscriptions(command)
-    add_topics = [spec.topic for spec in command.adds]
-    present = await repo.existing_topics(session, recipient.id, add_topics + list(command.removes))
-    added = sum(1 for topic in add_topics if topic not in present)
-    removed = [topic for topic in command.removes if topic in present]
-    topic_count = recipient.topic_count + added - len(removed)
+    now_ns = rules.clock()
+    # Applied first and counted by the statements themselves; over the limit the
+    # caller rolls the whole transaction back, so nothing is applied.
+    added = await repo.upsert_subscriptions(session, recipient.id, command.adds, now_ns)
+    removed = await repo.delete_subscriptions(session, recipient.id, command.removes)
+    topic_count = recipient.topic_count + added - removed
     if topic_count > rules.max_push_topics:
         raise DomainError(Code.RESOURCE_EXHAUSTED, errors.TOPIC_LIMIT)
-    now_ns = rules.clock()
-    await repo.upsert_subscriptions(session, recipient.id, command.adds, now_ns)
-    await repo.delete_subscriptions(session, recipient.id, removed)
     await repo.renew(session, recipient.id, topic_count, now_ns)
     metrics.subscriptions_total.labels("added").inc(added)
-    metrics.subscriptions_total.labels("removed").inc(len(removed))
+    metrics.subscriptions_total.labels("removed").inc(removed)
     return RecipientState(topic_count, Channel(recipient.channel), now_ns + rules.ttl_ns)
 
 
