@@ -62,6 +62,8 @@ from h2.events import (
 from h2.exceptions import ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
 
+from tests.loop_thread import serve_in_thread
+
 # --------------------------------------------------------------------------- TLS material
 
 
@@ -431,28 +433,7 @@ class FakeApns:
         self.port = self._server.sockets[0].getsockname()[1]
 
     def start(self) -> FakeApns:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.serve())
-            except BaseException as error:
-                failure.append(error)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="fake-apns", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if failure:
-            raise failure[0]
+        self._thread = serve_in_thread("fake-apns", self.serve)
         return self
 
     def call(self, function: Callable[[], None]) -> None:

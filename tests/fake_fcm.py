@@ -44,6 +44,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.loop_thread import serve_in_thread
+
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 ACCESS_TOKEN = "test-token"
 
@@ -252,34 +254,12 @@ class FakeFcm:
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
+    async def _cleanup(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
     def start(self) -> FakeFcm:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.serve())
-            except BaseException as error:
-                failure.append(error)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            assert self._runner is not None
-            loop.run_until_complete(self._runner.cleanup())
-            pending = asyncio.all_tasks(loop)
-            for task in pending:  # handlers still sleeping (`slow`)
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="fake-fcm", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if failure:
-            raise failure[0]
+        self._thread = serve_in_thread("fake-fcm", self.serve, self._cleanup)
         return self
 
     def stop(self) -> None:

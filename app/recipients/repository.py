@@ -114,29 +114,11 @@ async def delete_recipient(session: AsyncSession, recipient_id: bytes) -> None:
     await session.execute(delete(Recipient).where(Recipient.id == recipient_id))
 
 
-async def existing_topics(session: AsyncSession, recipient_id: bytes, topics: Sequence[bytes]) -> set[bytes]:
-    if not topics:
-        return set()
-    if session.get_bind().dialect.name == "postgresql":
-        # One bytea[] parameter joined as a set. `topic IN ($2, ..., $1001)` is
-        # planned, once asyncpg's prepared statement goes generic, as a scan of
-        # the recipient's rows with a linear 1000-element filter on each
-        # (O(recipient topics x topics asked): ~70 ms at 5,000 topics, seconds at
-        # 100,000). A join is a hash or a primary-key probe per topic either way.
-        wanted = (
-            func.unnest(bindparam("topics", list(topics), type_=postgresql.ARRAY(LargeBinary)))
-            .table_valued("topic")
-            .render_derived(name="wanted")
-        )
-        query = (
-            select(Subscription.topic)
-            .join(wanted, wanted.c.topic == Subscription.topic)
-            .where(Subscription.recipient_id == recipient_id)
-        )
-    else:
-        query = select(Subscription.topic).where(
-            Subscription.recipient_id == recipient_id, Subscription.topic.in_(topics)
-        )
+async def _existing_topics(session: AsyncSession, recipient_id: bytes, topics: Sequence[bytes]) -> set[bytes]:
+    """Which of these topics the recipient already has (SQLite's way to count new rows)."""
+    query = select(Subscription.topic).where(
+        Subscription.recipient_id == recipient_id, Subscription.topic.in_(topics)
+    )
     return set((await session.execute(query)).scalars())
 
 
@@ -158,7 +140,7 @@ async def upsert_subscriptions(
         )
         inserted = _on_conflict_replace_keys(stmt).returning(literal_column("(xmax = 0)", Boolean))
         return sum(1 for (new,) in await session.execute(inserted) if new)
-    present = await existing_topics(session, recipient_id, [row["topic"] for row in rows])
+    present = await _existing_topics(session, recipient_id, [row["topic"] for row in rows])
     await session.execute(_on_conflict_replace_keys(_insert(session, Subscription)), rows)
     return len(rows) - len(present)
 
@@ -231,11 +213,6 @@ async def renew(session: AsyncSession, recipient_id: bytes, topic_count: int, no
         .where(Recipient.id == recipient_id)
         .values(topic_count=topic_count, renewed_ns=now_ns)
     )
-
-
-async def count_subscriptions(session: AsyncSession, recipient_id: bytes) -> int:
-    query = select(func.count()).select_from(Subscription).where(Subscription.recipient_id == recipient_id)
-    return int((await session.execute(query)).scalar_one())
 
 
 async def targets_by_id(session: AsyncSession, ids: Sequence[bytes]) -> dict[bytes, Recipient]:
