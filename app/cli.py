@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from app.core.config import Settings, SettingsError, load_settings
 from app.core.logging import configure_logging
@@ -43,7 +45,7 @@ def _api(settings: Settings) -> None:
             "XMTP_PUSH_REDIS_URL: required by `api` when XMTP_PUSH_INGEST_TOKEN is set "
             "(the in-process queue serves only `dev`)"
         )
-    asyncio.run(serve_api(settings))
+    run_loop(settings, serve_api(settings))
 
 
 def _worker(settings: Settings) -> None:
@@ -51,7 +53,7 @@ def _worker(settings: Settings) -> None:
 
     if not settings.redis_url:
         _refuse("XMTP_PUSH_REDIS_URL: required by `worker`")
-    asyncio.run(serve_worker(settings))
+    run_loop(settings, serve_worker(settings))
 
 
 def _listen(settings: Settings) -> None:
@@ -61,14 +63,29 @@ def _listen(settings: Settings) -> None:
         _refuse("XMTP_PUSH_XMTPD_ADDRESS: required by `listen`")
     if not settings.redis_url:
         _refuse("XMTP_PUSH_REDIS_URL: required by `listen`")
-    asyncio.run(serve_listener(settings))
+    run_loop(settings, serve_listener(settings))
 
 
 def _dev(settings: Settings) -> None:
     from app.server import serve_dev
 
     _migrate(settings)
-    asyncio.run(serve_dev(settings))
+    run_loop(settings, serve_dev(settings))
+
+
+def run_loop(settings: Settings, main: Coroutine[Any, Any, None]) -> None:
+    with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
+        runner.run(main)
+
+
+def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if settings.event_loop != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:  # not built for this platform: the standard loop serves
+        return None
+    return uvloop.new_event_loop
 
 
 def _refuse(message: str) -> None:

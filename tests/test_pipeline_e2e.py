@@ -249,6 +249,22 @@ async def test_subscription_start_position(some_stack, receiver: Receiver) -> No
         assert sorted(h[1] for h in early.endpoint.hints()) == [1, 2, 3]
 
 
+async def test_a_large_topic_fans_out_as_parallel_ranges(some_stack, receiver: Receiver) -> None:
+    # Pages of four and five ranges: 70 subscribers take a first page, then five chains of pages
+    # that the four fan-out consumers share. Every subscriber gets its hint exactly once.
+    overrides = {"fanout_page_size": 4, "fanout_ranges": 5, "fanout_concurrency": 4}
+    async with running_pipeline(some_stack, workers=False, **overrides) as pipe:
+        topic, endpoint = group_topic(), receiver.endpoint()
+        members = [await pipe.member(endpoint, topic) for _ in range(70)]
+        await pipe.ingest_ok([envelope(topic, 5)])
+        pipe.start_workers()
+        await wait_until(lambda: len(endpoint.requests) >= 70, 20, "a hint to each of 70 subscribers")
+        await pipe.settled(receiver)
+        received = sorted(h[2] for h in endpoint.hints())
+        assert received == sorted(m.rid for m in members)
+        assert {h[:2] for h in endpoint.hints()} == {(topic, 5)}
+
+
 async def test_same_envelope_twice_is_one_hint_per_recipient(some_stack, receiver: Receiver) -> None:
     async with running_pipeline(some_stack, workers=False) as pipe:
         topic = group_topic()

@@ -24,6 +24,7 @@ class FanoutWorker:
         self.queue = queue
         self.consumer = consumer
         self.page_size = runtime.settings.fanout_page_size
+        self.ranges = runtime.settings.fanout_ranges
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -47,18 +48,17 @@ class FanoutWorker:
             await self.queue.commit(ENVELOPES, commit)
             return
         async with self.runtime.sessions() as session:
-            page = await fan_out_page(session, job, self.page_size)
+            page = await fan_out_page(session, job, self.page_size, self.ranges)
         _add_follow_up(commit, page)
         await self.queue.commit(ENVELOPES, commit)
         _count(job, page)
 
 
 def _add_follow_up(commit: Commit, page: FanoutPage) -> None:
-    for channel, jobs in page.deliveries.items():
-        stream = delivery_stream(Channel(channel).label)
-        commit.add.setdefault(stream, []).extend(job.encode() for job in jobs)
-    if page.next_job is not None:
-        commit.add_to(ENVELOPES, page.next_job.encode())
+    for channel, payloads in page.deliveries.items():
+        commit.add.setdefault(delivery_stream(Channel(channel).label), []).extend(payloads)
+    for next_job in page.next_jobs:
+        commit.add_to(ENVELOPES, next_job.encode())
 
 
 def _count(job: FanoutJob, page: FanoutPage) -> None:

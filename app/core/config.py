@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     grpc_port: int = Field(50051, ge=0, le=65535)
     ingest_token: str | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # uvloop runs the long-running processes' event loops (where installed); "asyncio" is the standard one.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     recipient_ttl_seconds: int = Field(2_592_000, ge=86_400)
     max_attempts: int = Field(3, ge=1, le=10)
@@ -64,6 +66,8 @@ class Settings(BaseSettings):
     delivery_concurrency: int = Field(256, ge=1, le=4096)  # in flight per channel per worker
     fanout_concurrency: int = Field(4, ge=1, le=64)
     fanout_page_size: int = Field(1000, ge=1, le=10_000)
+    # A topic whose first page is full is fanned out as this many recipient-id ranges in parallel.
+    fanout_ranges: int = Field(16, ge=1, le=256)
     retry_base_seconds: float = Field(1.0, gt=0, le=60)
     # An entry left pending this long by a worker that died is taken over by another.
     # Longer than the 30 s bound on any attempt, so live work is not taken twice.

@@ -54,10 +54,15 @@ class DeliveryJob:
             and type(self.sequence_id) is int
             and _PLAIN_ID.fullmatch(job_id)
         ):
-            return (
-                f'["{job_id}","{self.recipient_id.hex()}","{self.topic.hex()}","{self.sequence_id}",'
-                f"{ingested},{attempt},{'true' if all_gone else 'false'}]"
-            ).encode()
+            return _payload(
+                job_id,
+                self.recipient_id.hex(),
+                self.topic.hex(),
+                self.sequence_id,
+                ingested,
+                attempt,
+                all_gone,
+            )
         fields = [
             job_id,
             self.recipient_id.hex(),
@@ -75,6 +80,30 @@ class DeliveryJob:
         return cls(
             job_id, bytes.fromhex(recipient), bytes.fromhex(topic), int(sequence), ingested, attempt, all_gone
         )
+
+
+def first_attempts(
+    recipient_ids: list[bytes], topic: bytes, sequence_id: int, ingested_ns: int
+) -> list[bytes]:
+    """Encoded first-attempt jobs, one per recipient, for one hint: what `DeliveryJob.new(...).encode()`
+    gives for each, with the topic encoded once and job ids drawn from one random stem (unique per job,
+    as the deduplication claim needs)."""
+    stem, topic_hex = secrets.token_hex(6), topic.hex()
+    if type(sequence_id) is not int or type(ingested_ns) is not int:
+        raise TypeError("sequence_id and ingested_ns must be int")
+    return [
+        _payload(f"{stem}{n:x}", rid.hex(), topic_hex, sequence_id, ingested_ns, 1, True)
+        for n, rid in enumerate(recipient_ids)
+    ]
+
+
+def _payload(
+    job_id: str, recipient_hex: str, topic_hex: str, sequence_id: int, ingested: int, attempt: int, gone: bool
+) -> bytes:
+    return (
+        f'["{job_id}","{recipient_hex}","{topic_hex}","{sequence_id}",'
+        f"{ingested},{attempt},{'true' if gone else 'false'}]"
+    ).encode()
 
 
 @dataclass(frozen=True, slots=True)

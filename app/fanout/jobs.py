@@ -1,4 +1,4 @@
-"""A fan-out job: one envelope, and where in its topic's subscriber list to continue."""
+"""A fan-out job: one envelope, and which part of its topic's subscriber list it still covers."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ from app.envelopes.types import Envelope, EnvelopeKind
 @dataclass(frozen=True, slots=True)
 class FanoutJob:
     envelope: Envelope
-    # Last recipient id of the previous page; empty for the first page.
+    # The job covers subscribers whose recipient id is above `after` (exclusive; empty: from the
+    # start) and at most `until` (inclusive; empty: to the end).
     after: bytes = b""
+    until: bytes = b""
 
     @property
     def first_page(self) -> bool:
-        return not self.after
+        return not self.after and not self.until
 
     def encode(self) -> bytes:
-        return encode_job(self.envelope, self.envelope.received_ns, self.after)
+        return encode_job(self.envelope, self.envelope.received_ns, self.after, self.until)
 
     @classmethod
     def decode(cls, payload: bytes) -> FanoutJob:
@@ -38,19 +40,20 @@ class FanoutJob:
             data=_unb64(d["d"]),
             received_ns=int(d["r"]),
         )
-        return cls(envelope, _unb64(d["a"]))
+        # "u" is absent from entries queued before ranges existed: those cover the whole rest.
+        return cls(envelope, _unb64(d["a"]), _unb64(d.get("u", "")))
 
 
-def encode_job(e: Envelope, received_ns: int, after: bytes = b"") -> bytes:
-    """`FanoutJob(replace(e, received_ns=received_ns), after).encode()` without the copy.
+def encode_job(e: Envelope, received_ns: int, after: bytes = b"", until: bytes = b"") -> bytes:
+    """`FanoutJob(replace(e, received_ns=received_ns), after, until).encode()` without the copy.
 
-    The same bytes as `json.dumps({"t": ..., "a": ...}, separators=(",", ":"))`, written out directly:
+    The same bytes as `json.dumps({"t": ..., "u": ...}, separators=(",", ":"))`, written out directly:
     every string is base64 or a kind name (nothing to escape), every number an int. It runs for every
     envelope taken in."""
     return (
         f'{{"t":"{_b64(e.topic)}","s":"{e.sequence_id}","n":{_json(e.server_ns)},"k":{_kind(e.kind)},'
         f'"p":{_json(e.should_push)},"c":{_json(e.is_commit_or_proposal)},"h":"{_b64(e.sender_hmac)}",'
-        f'"d":"{_b64(e.data)}","r":{_json(received_ns)},"a":"{_b64(after)}"}}'
+        f'"d":"{_b64(e.data)}","r":{_json(received_ns)},"a":"{_b64(after)}","u":"{_b64(until)}"}}'
     ).encode()
 
 

@@ -2,7 +2,10 @@
 
 A topic is read a page at a time in recipient-id order; the next page travels
 as a new job at the back of the queue, so a topic with 100,000 subscribers
-never sits in memory whole and never holds up the envelopes behind it.
+never sits in memory whole and never holds up the envelopes behind it. When the
+first page is full, the rest of the topic is cut into recipient-id ranges, each
+its own chain of pages, so every fan-out consumer of every worker can take a
+part of one large topic at the same time.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.delivery.jobs import DeliveryJob
+from app.delivery.jobs import first_attempts
 from app.envelopes.eligibility import Audience, audience, is_own_message, wants
 from app.fanout.jobs import FanoutJob
 from app.recipients import repository as repo
@@ -21,28 +24,44 @@ from app.recipients import repository as repo
 @dataclass(slots=True)
 class FanoutPage:
     eligible: bool
-    deliveries: dict[int, list[DeliveryJob]] = field(default_factory=dict)  # by channel number
+    deliveries: dict[int, list[bytes]] = field(default_factory=dict)  # encoded jobs by channel number
     suppressed: Counter[int] = field(default_factory=Counter)  # by channel number
-    next_job: FanoutJob | None = None
+    next_jobs: list[FanoutJob] = field(default_factory=list)
 
 
-async def fan_out_page(session: AsyncSession, job: FanoutJob, page_size: int) -> FanoutPage:
+async def fan_out_page(session: AsyncSession, job: FanoutJob, page_size: int, ranges: int = 1) -> FanoutPage:
     envelope = job.envelope
     target = audience(envelope)
     if target is Audience.NOBODY:
         return FanoutPage(eligible=False)
-    rows = await repo.subscribers_page(session, envelope.topic, job.after, page_size)
+    rows = await repo.subscribers_page(session, envelope.topic, job.after, page_size, job.until)
     page = FanoutPage(eligible=True)
+    recipients: dict[int, list[bytes]] = {}
     for row in rows:
         if not wants(envelope, target, row.start_ns, row.include_commits):
             continue
         if is_own_message(envelope, row.hmac_epoch_base, row.hmac_keys):
             page.suppressed[row.channel] += 1
             continue
-        delivery = DeliveryJob.new(
-            row.recipient_id, envelope.topic, envelope.sequence_id, envelope.received_ns
+        recipients.setdefault(row.channel, []).append(row.recipient_id)
+    for channel, ids in recipients.items():
+        page.deliveries[channel] = first_attempts(
+            ids, envelope.topic, envelope.sequence_id, envelope.received_ns
         )
-        page.deliveries.setdefault(row.channel, []).append(delivery)
     if len(rows) == page_size:
-        page.next_job = FanoutJob(envelope, rows[-1].recipient_id)
+        last = rows[-1].recipient_id
+        parts = ranges if job.first_page else 1
+        page.next_jobs = [FanoutJob(envelope, a, u) for a, u in split_after(last, job.until, parts)]
     return page
+
+
+def split_after(last: bytes, until: bytes, parts: int) -> list[tuple[bytes, bytes]]:
+    """(after, until) bounds covering every id above `last` up to `until` (empty: no end), in up to
+    `parts` ranges cut at one-byte keys. Recipient ids are random, so equal spans of the first byte
+    hold about equal numbers of subscribers; each id falls in exactly one range."""
+    low = last[0] + 1 if last else 0  # the one-byte key bytes([v]) is above `last` for every v > last[0]
+    if parts <= 1 or until or low > 255:
+        return [(last, until)]
+    cuts = sorted({low + (256 - low) * n // parts for n in range(1, parts)})
+    bounds = [last, *(bytes([v]) for v in cuts)]
+    return list(zip(bounds, [*bounds[1:], b""], strict=True))
