@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 SOURCES := app workers tests bench alembic
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint format typecheck proto openapi run check
+.PHONY: help install test lint format typecheck proto openapi run check bench
 
 help:
 	@echo "make install    create $(VENV) (with $(PYTHON)) if missing and install the package with dev extras"
@@ -19,6 +19,7 @@ help:
 	@echo "make proto      regenerate app/proto modules from the .proto files"
 	@echo "make openapi    rewrite openapi/openapi.json from the HTTP app"
 	@echo "make check      lint, typecheck and test"
+	@echo "make bench      install the bench extra, run every benchmark (python -m bench), write bench/report/"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,3 +51,8 @@ run:
 	$(BIN)/xmtp-push dev
 
 check: lint typecheck test
+
+# Long (tens of minutes) and heavy: run it on a quiet machine. BENCH_ARGS=--quick for a smoke run.
+bench: $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev,bench]'
+	$(BIN)/python -m bench $(BENCH_ARGS)

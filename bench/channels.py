@@ -49,6 +49,8 @@ import grpc
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from bench._results import Results
+from bench._results import verdict as meets
 from bench._support import DEFAULT_ADMIN_DSN, bench_database, environment_line
 from bench.pipeline import CpuWindow, Ingestor, Proc, running_backend, start_process, stop_process
 from tests import keys
@@ -256,6 +258,7 @@ async def run_bare(
     fake: Fake,
     session: aiohttp.ClientSession,
     plan: Sequence[tuple[str, bytes, int]],
+    results: Results | None = None,
 ) -> float:
     factory = bare_apns if args.channel == "apns" else bare_fcm
     async with factory(fake) as send:
@@ -276,6 +279,8 @@ async def run_bare(
     )
     print("  " + cpu.describe())
     print("  " + per_hint(cpu, stats["unique"], ["bench", "fake"]))
+    if results is not None:
+        record_run(results, f"bare loop ({library})", stats["unique"], len(plan), cpu, "bench")
     return rate
 
 
@@ -327,6 +332,7 @@ async def run_pipeline(
     topics: Sequence[bytes],
     envelopes: Sequence[tuple[bytes, int]],
     expected: int,
+    results: Results | None = None,
 ) -> float:
     backend_args = argparse.Namespace(
         mode=args.mode, workers=1, env=[*backend_settings(args.channel, fake), *args.env]
@@ -376,7 +382,42 @@ async def run_pipeline(
     )
     print("  " + cpu.describe())
     print("  " + per_hint(cpu, stats["unique"], [n for n in names if n != "fake"] + ["fake"]))
+    if results is not None:
+        delivering = "worker-0" if args.mode == "redis" else "dev"
+        record_run(results, f"pipeline ({args.mode} mode)", stats["unique"], expected, cpu, delivering)
+        results.add("pipeline duplicates", str(duplicates), "0", meets(duplicates == 0), value=duplicates)
     return rate
+
+
+def record_run(results: Results, label: str, unique: int, planned: int, cpu: CpuWindow, process: str) -> None:
+    results.add(
+        f"{label}: hints delivered / planned",
+        f"{unique:,} / {planned:,}",
+        "all",
+        meets(unique >= planned),
+        value=unique,
+    )
+    if unique and process in cpu.result:
+        us = cpu.result[process] * cpu.wall / unique * 1e6
+        results.add(f"{label}: CPU per hint, {process} process", f"{us:.0f} us", value=us, unit="us")
+
+
+def record_rates(results: Results, bare: float, ours: float) -> None:
+    if bare:
+        results.add("bare loop hints/s", f"{bare:,.0f}", value=bare, unit="hints/s", key="bare_per_s")
+    if ours:
+        results.add("pipeline hints/s", f"{ours:,.0f}", value=ours, unit="hints/s", key="ours_per_s")
+    if bare and ours:
+        ratio = ours / bare
+        results.add(
+            "ratio pipeline/bare",
+            f"{ratio * 100:.0f} %",
+            f">= {RATIO_TARGET * 100:.0f} %",
+            meets(ratio >= RATIO_TARGET),
+            value=ratio * 100,
+            unit="%",
+            key="ratio",
+        )
 
 
 async def start_profiler(args: argparse.Namespace, pid: int) -> asyncio.subprocess.Process | None:
@@ -463,6 +504,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--py-spy", metavar="FILE", help="profile the worker during the pipeline run (py-spy)"
     )
+    parser.add_argument("--json", metavar="PATH", help="also write the measured numbers as JSON to PATH")
     args = parser.parse_args(argv)
     if args.recipients < args.topics:
         parser.error("--recipients must be at least --topics")
@@ -490,13 +532,15 @@ async def amain(args: argparse.Namespace) -> int:
     if args.env:
         print(f"extra backend settings: {' '.join(args.env)}")
     bare = ours = 0.0
+    results = Results("channels", f"{args.channel} hints through the pipeline vs a bare library loop")
+    results.info["run"] = {"channel": args.channel, "mode": args.mode, "hints": expected}
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout) as session, running_fake(args.channel) as fake:
         if not args.no_bare:
-            bare = await run_bare(args, fake, session, plan)
+            bare = await run_bare(args, fake, session, plan, results)
             await fake.reset(session)
         if not args.no_pipeline:
-            ours = await run_pipeline(args, fake, session, topics, envelopes, expected)
+            ours = await run_pipeline(args, fake, session, topics, envelopes, expected, results)
     if bare and ours:
         ratio = ours / bare
         verdict = "PASS" if ratio >= RATIO_TARGET else "BELOW TARGET"
@@ -504,6 +548,8 @@ async def amain(args: argparse.Namespace) -> int:
             f"RESULT {args.channel}: pipeline {ours:,.0f} hints/s, bare {bare:,.0f} hints/s, "
             f"ratio {ratio * 100:.0f} % (target >= {RATIO_TARGET * 100:.0f} %: {verdict})"
         )
+    record_rates(results, bare, ours)
+    results.write(args.json)
     return 0
 
 

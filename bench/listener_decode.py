@@ -49,6 +49,8 @@ from app.core.migrations import upgrade
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.queue.base import ENVELOPES
 from app.runtime import Runtime, open_runtime
+from bench._results import Results
+from bench._results import verdict as meets
 from bench._support import environment_line
 from tests.fake_xmtpd import (
     APPLICATION,
@@ -351,7 +353,26 @@ async def main(args: argparse.Namespace) -> int:
         )
     summary = ", ".join(f"{name} {rate:,.0f}/s" for name, rate in rates.items())
     print(f"summary: target {TARGET_PER_SECOND:,}/s on one core: {summary}")
+    record(args.json, corpus, rates)
     return 0 if all(rate >= TARGET_PER_SECOND for rate in rates.values()) else 1
+
+
+def record(path: str | None, corpus: Corpus, rates: dict[str, float]) -> None:
+    results = Results("listener_decode", "listener decode + dedupe + enqueue, one core")
+    results.add(
+        "corpus", f"{corpus.envelopes:,} envelopes ({corpus.pushable:,} pushable)", value=corpus.envelopes
+    )
+    for name, rate in rates.items():
+        results.add(
+            f"{name}: envelopes/s",
+            f"{rate:,.0f}",
+            f">= {TARGET_PER_SECOND:,}/s",
+            meets(rate >= TARGET_PER_SECOND),
+            value=rate,
+            unit="envelopes/s",
+            key=f"{name}_per_s",
+        )
+    results.write(path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -371,6 +392,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", metavar="FILE", help="cProfile the last memory run into FILE and print it"
     )
+    parser.add_argument("--json", metavar="PATH", help="also write the measured rates as JSON to PATH")
     parser.add_argument("--serve", metavar="CORPUS", help=argparse.SUPPRESS)  # the fake node's process
     return parser.parse_args(argv)
 

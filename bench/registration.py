@@ -37,9 +37,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from bench._results import Results
+from bench._results import verdict as meets
 from bench._support import (
     DEFAULT_ADMIN_DSN,
     bench_database,
+    die_with_parent,
     environment_line,
     format_ms,
     server_version,
@@ -207,6 +210,7 @@ async def subprocess_server(database_url: str, source: str | None = None) -> Asy
         cwd=source,
         env=env,
         stdin=asyncio.subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -451,7 +455,10 @@ async def open_loop(
 
 
 async def bench_register(
-    stub: notification_pb2_grpc.NotificationServiceStub, args: argparse.Namespace, server: Server
+    stub: notification_pb2_grpc.NotificationServiceStub,
+    args: argparse.Namespace,
+    server: Server,
+    results: Results | None = None,
 ) -> dict[str, float]:
     async def call(request: pb.RegisterRequest) -> None:
         reply = await stub.Register(request, timeout=CALL_TIMEOUT_S)
@@ -509,6 +516,8 @@ async def bench_register(
         f"target: Register p99 < {REGISTER_P99_TARGET_MS:g} ms at 200 calls/s -> "
         f"p99 {summary['p99']:.2f} ms at {args.rate:g} calls/s: {verdict}"
     )
+    if results is not None:
+        record_register(results, args, summary, outcome, issued_rate, completed_rate)
     return summary
 
 
@@ -516,7 +525,10 @@ async def bench_register(
 
 
 async def bench_update(
-    stub: notification_pb2_grpc.NotificationServiceStub, args: argparse.Namespace, server: Server
+    stub: notification_pb2_grpc.NotificationServiceStub,
+    args: argparse.Namespace,
+    server: Server,
+    results: Results | None = None,
 ) -> dict[str, float]:
     concurrency = max(1, args.update_concurrency)
     recipients_n = max(args.update_recipients, concurrency)
@@ -625,7 +637,72 @@ async def bench_update(
         f"p50 {summary['p50']:.2f} ms, p99 {summary['p99']:.2f} ms "
         f"({args.update_adds} adds, {mode}): {verdict}"
     )
+    if results is not None:
+        record_update(results, args, summary, outcome, elapsed)
     return summary
+
+
+# --------------------------------------------------------------------------- machine-readable results
+
+
+def record_register(
+    results: Results,
+    args: argparse.Namespace,
+    summary: dict[str, float],
+    outcome: Outcome,
+    issued_rate: float,
+    completed_rate: float,
+) -> None:
+    ok = summary["p99"] < REGISTER_P99_TARGET_MS and not outcome.errors
+    results.add("Register p50", f"{summary['p50']:.2f} ms", value=summary["p50"], unit="ms")
+    results.add(
+        f"Register p99 at {args.rate:g} calls/s",
+        f"{summary['p99']:.2f} ms",
+        f"< {REGISTER_P99_TARGET_MS:g} ms at 200 calls/s, no errors",
+        meets(ok),
+        value=summary["p99"],
+        unit="ms",
+        key="register_p99_ms",
+    )
+    results.add("Register max", f"{summary['max']:.2f} ms", value=summary["max"], unit="ms")
+    results.add(
+        "Register rate issued / completed",
+        f"{issued_rate:.1f} / {completed_rate:.1f} calls/s",
+        value=completed_rate,
+        unit="calls/s",
+    )
+    errors = sum(outcome.errors.values())
+    results.add("Register errors", f"{dict(outcome.errors) or 0}", "0", meets(not errors), value=errors)
+
+
+def record_update(
+    results: Results, args: argparse.Namespace, summary: dict[str, float], outcome: Outcome, elapsed: float
+) -> None:
+    ok = summary["p99"] < UPDATE_P99_TARGET_MS and not outcome.errors
+    adds = args.update_adds
+    results.add(
+        f"UpdateSubscriptions({adds} adds) p50", f"{summary['p50']:.2f} ms", value=summary["p50"], unit="ms"
+    )
+    results.add(
+        f"UpdateSubscriptions({adds} adds) p99",
+        f"{summary['p99']:.2f} ms",
+        f"< {UPDATE_P99_TARGET_MS:g} ms (1000 adds), no errors",
+        meets(ok),
+        value=summary["p99"],
+        unit="ms",
+        key="update_p99_ms",
+    )
+    rate = outcome.ok / elapsed
+    results.add(
+        "UpdateSubscriptions throughput",
+        f"{rate:.1f} calls/s = {rate * adds:,.0f} subscriptions/s",
+        value=rate,
+        unit="calls/s",
+    )
+    errors = sum(outcome.errors.values())
+    results.add(
+        "UpdateSubscriptions errors", f"{dict(outcome.errors) or 0}", "0", meets(not errors), value=errors
+    )
 
 
 # --------------------------------------------------------------------------- main
@@ -635,6 +712,8 @@ async def main_async(args: argparse.Namespace) -> int:
     print(environment_line())
     print(f"load average before start: {load_average()}")
     print(f"postgres: {await server_version(args.admin_dsn)} at {args.admin_dsn.rsplit('@', 1)[-1]}")
+    results = Results("registration", "Register and UpdateSubscriptions over gRPC")
+    results.info["run"] = {"server": args.server, "rate": args.rate, "duration": args.duration}
     async with bench_database(args.admin_dsn, keep=args.keep_db) as url:
         args.database = url.rsplit("/", 1)[1]
         if args.server == "subprocess":
@@ -651,8 +730,8 @@ async def main_async(args: argparse.Namespace) -> int:
             try:
                 await wait_healthy(channel)
                 stub = notification_pb2_grpc.NotificationServiceStub(channel)
-                register = await bench_register(stub, args, server) if not args.skip_register else None
-                update = await bench_update(stub, args, server) if not args.skip_update else None
+                register = None if args.skip_register else await bench_register(stub, args, server, results)
+                update = None if args.skip_update else await bench_update(stub, args, server, results)
             finally:
                 await channel.close()
     print()
@@ -671,6 +750,7 @@ async def main_async(args: argparse.Namespace) -> int:
             f"p50 {update['p50']:.2f} ms, p99 {update['p99']:.2f} ms "
             f"(target p99 < {UPDATE_P99_TARGET_MS:g} ms) {'MEETS' if ok else 'MISSES'}"
         )
+    results.write(args.json)
     return 0
 
 
@@ -731,6 +811,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--clean-below", type=float, default=0.15, metavar="CPUS", help="unrelated load that counts as clean"
     )
     parser.add_argument("--keep-db", action="store_true", help="do not drop the benchmark database")
+    parser.add_argument("--json", metavar="PATH", help="also write the measured numbers as JSON to PATH")
     return parser.parse_args(argv)
 
 

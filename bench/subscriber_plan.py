@@ -38,6 +38,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.config import Settings
 from app.recipients import repository
 from app.runtime import open_runtime
+from bench._results import Results
+from bench._results import verdict as meets
 from bench._support import (
     DEFAULT_ADMIN_DSN,
     asyncpg_dsn,
@@ -322,6 +324,7 @@ async def explain_case(
     limit: int,
     repeats: int,
     need_ordered: bool,
+    results: Results | None = None,
 ) -> bool:
     params = query.params(topic, after, limit)
     print()
@@ -354,7 +357,47 @@ async def explain_case(
     print(
         f"timing: {repeats} runs of the prepared query via asyncpg, round trip: {format_ms(summarize_ms(runs))}"
     )
+    if results is not None:
+        record_case(results, title, check, generic, need_ordered, summarize_ms(runs))
     return check.acceptable(need_ordered) and generic.acceptable(need_ordered)
+
+
+def record_case(
+    results: Results,
+    title: str,
+    check: PlanCheck,
+    generic: PlanCheck,
+    need_ordered: bool,
+    timing: dict[str, float],
+) -> None:
+    ok = check.acceptable(need_ordered) and generic.acceptable(need_ordered)
+    target = "ordered Index Scan on pk_subscriptions" if need_ordered else "through pk_subscriptions"
+    results.add(
+        f"plan: {title}",
+        f"{check.access} (generic plan: {generic.access})",
+        target + ", no Seq Scan",
+        meets(ok),
+    )
+    results.add(
+        f"time: {title}",
+        f"p50 {timing['p50']:.2f} ms, p99 {timing['p99']:.2f} ms (execution {check.execution_ms:.2f} ms)",
+        value=timing["p50"],
+        unit="ms",
+    )
+
+
+def record_paging(
+    results: Results, path: str, count: int, total: float, pages: Sequence[float], complete: bool
+) -> None:
+    results.add(
+        f"hot topic paged end to end, {path}",
+        f"{count:,} rows in {total:.2f} s ({count / total:,.0f} rows/s), {len(pages)} pages, "
+        f"page p99 {summarize_ms(pages)['p99']:.2f} ms",
+        "complete and in order",
+        meets(complete),
+        value=total,
+        unit="s",
+    )
 
 
 # --------------------------------------------------------------------------- paging end to end
@@ -447,6 +490,12 @@ async def main_async(args: argparse.Namespace) -> int:
         f"cold topic shown: {data.cold_topic_subscribers} subscribers; generated in "
         f"{time.perf_counter() - started:.1f} s (seed {args.seed})"
     )
+    results = Results("subscriber_plan", "fan-out page query plan and speed")
+    results.add(
+        "data",
+        f"{len(data.subscriptions):,} subscriptions, hot topic {len(data.hot_subscribers_sorted):,} subscribers",
+        value=len(data.subscriptions),
+    )
     all_ok = True
     async with bench_database(args.admin_dsn, keep=args.keep_db) as url:
         connection = await asyncpg.connect(asyncpg_dsn(url))
@@ -486,7 +535,15 @@ async def main_async(args: argparse.Namespace) -> int:
             ]
             for title, topic, after, need_ordered in cases:
                 ok = await explain_case(
-                    connection, query, title, topic, after, args.page_size, args.repeats, need_ordered
+                    connection,
+                    query,
+                    title,
+                    topic,
+                    after,
+                    args.page_size,
+                    args.repeats,
+                    need_ordered,
+                    results,
                 )
                 all_ok = all_ok and ok
 
@@ -504,6 +561,8 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"    per page: {format_ms(summarize_ms(pages))}")
             print(f"    {by_position(pages)}")
             print(f"    {host_line(window)}")
+            complete = ordered and count == len(data.hot_subscribers_sorted)
+            record_paging(results, "raw asyncpg", count, total, pages, complete)
             window = CpuWindow(os.getpid(), args.admin_dsn, url.rsplit("/", 1)[1])
             total, pages, count, ordered_app = await page_app(url, data, args.page_size, window)
             print(
@@ -514,6 +573,8 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"    per page: {format_ms(summarize_ms(pages))}")
             print(f"    {by_position(pages)}")
             print(f"    {host_line(window)}")
+            complete = ordered_app and count == len(data.hot_subscribers_sorted)
+            record_paging(results, "app path", count, total, pages, complete)
             all_ok = all_ok and ordered and ordered_app
         finally:
             await connection.close()
@@ -523,6 +584,13 @@ async def main_async(args: argparse.Namespace) -> int:
         "pk_subscriptions, the last page and the cold topic through pk_subscriptions, no Seq Scan anywhere, "
         f"paging complete and in order: {'YES' if all_ok else 'NO'}"
     )
+    results.add(
+        "all checks",
+        "YES" if all_ok else "NO",
+        "pk_subscriptions, no Seq Scan, paging complete",
+        meets(all_ok),
+    )
+    results.write(args.json)
     return 0 if all_ok else 1
 
 
@@ -544,6 +612,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of each query")
     parser.add_argument("--seed", type=int, default=1, help="random seed for the data")
     parser.add_argument("--keep-db", action="store_true", help="do not drop the benchmark database")
+    parser.add_argument("--json", metavar="PATH", help="also write the measured numbers as JSON to PATH")
     return parser.parse_args(argv)
 
 

@@ -21,7 +21,7 @@ from app.delivery.provider import Provider
 from app.delivery.types import Outcome, OutcomeKind, Target
 from app.queue.base import Commit, Delayed, Entry, WorkQueue, delivery_stream
 from app.recipients import repository as repo
-from app.recipients.models import Recipient
+from app.recipients.repository import RecipientTarget
 from app.recipients.types import Channel
 from app.runtime import Runtime
 
@@ -35,7 +35,7 @@ FLUSH_SIZE = 256
 class _Work:
     entry: Entry
     job: DeliveryJob
-    recipient: Recipient
+    recipient: RecipientTarget
 
 
 class DeliveryWorker:
@@ -111,7 +111,7 @@ class DeliveryWorker:
         for (entry, job), first in zip(decoded, claims, strict=True):
             self._route(entry, job, recipients.get(job.recipient_id), first)
 
-    def _route(self, entry: Entry, job: DeliveryJob, recipient: Recipient | None, first: bool) -> None:
+    def _route(self, entry: Entry, job: DeliveryJob, recipient: RecipientTarget | None, first: bool) -> None:
         if recipient is None or not first:  # unregistered since, or already sent
             self._finished.ack.append(entry.id)
             return
@@ -138,13 +138,9 @@ class DeliveryWorker:
             self._finished.delay.append(Delayed(self.stream, work.job.encode(), self._paused_until))
             self._finished.ack.append(work.entry.id)
             return
-        target = _target(work.recipient)
-        self._inflight.inc()
+        target = Target(*work.recipient)
         started = time.perf_counter()
-        try:
-            outcome = await self.provider.send(work.job.hint, target)
-        finally:
-            self._inflight.dec()
+        outcome = await self.provider.send(work.job.hint, target)
         self._seconds.observe(time.perf_counter() - started)
         await self._record(work, target, outcome)
 
@@ -185,6 +181,8 @@ class DeliveryWorker:
             await self._flush()
 
     async def _flush(self) -> None:
+        # Read off every few milliseconds rather than moved on every attempt.
+        self._inflight.set(len(self._tasks))
         if self._tally and self.runtime.activity is not None:
             tally, self._tally = self._tally, Counter()
             with contextlib.suppress(Exception):  # telemetry only; never blocks delivery
@@ -209,7 +207,3 @@ def _decode(entry: Entry) -> DeliveryJob | None:
     except (ValueError, TypeError, KeyError):
         log.error("dropping an undecodable delivery entry")
         return None
-
-
-def _target(recipient: Recipient) -> Target:
-    return Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)

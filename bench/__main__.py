@@ -1,0 +1,115 @@
+"""`python -m bench`: the end-to-end benchmarks in sequence, each on a fresh database, and a report.
+
+    python -m bench [--quick] [--only NAME,...] [--out DIR]
+
+Runs registration, subscriber_plan, the pipeline's throughput scenario (memory mode, redis with 1 and with 2
+workers), its fanout scenario (redis, 100,000 subscribers) and latency scenario (redis, 1000 hints/s for
+30 s), then channels (APNs, FCM). Each is its own `python -m bench.<script>` process writing its numbers
+with `--json`; the whole output of each goes to DIR/logs/, its numbers to DIR/data/. Writes DIR/report.md
+(the machine, one table per benchmark with the command that reproduces it) and DIR/throughput-latency.png.
+Progress goes to stderr. `--quick` runs small sizes and short durations: a smoke run of a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from bench.report import PLOT_NAME, Machine, render
+from bench.suite import (
+    ROOT,
+    STEPS,
+    Step,
+    StepRun,
+    command_line,
+    interpreter,
+    progress,
+    run_step,
+    select,
+    verdict_counts,
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes and short durations (smoke run)")
+    names = ", ".join(s.name if s.default else f"{s.name} (not by default)" for s in STEPS)
+    parser.add_argument("--only", metavar="NAME,...", help=f"run only these, comma-separated: {names}")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "report", help="report folder (default bench/report/)"
+    )
+    parser.add_argument("--list", action="store_true", help="print the commands that would run, and stop")
+    return parser.parse_args(argv)
+
+
+def suite_command(args: argparse.Namespace) -> str:
+    words = [interpreter(), "-m", "bench"]
+    words += ["--quick"] if args.quick else []
+    words += ["--only", args.only] if args.only else []
+    return shlex.join(words)
+
+
+def write_plot(runs: list[StepRun], out: Path, title: str) -> str | None:
+    """Draw the figure; None when written, else why not (the report says so instead of showing it)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "not drawn: matplotlib is not installed (`pip install -e '.[bench]'`)"
+    from bench.plot import draw
+
+    draw(runs, out / PLOT_NAME, title)
+    return None
+
+
+def run_all(args: argparse.Namespace, steps: list[Step], out: Path) -> list[StepRun]:
+    data_dir, log_dir = out / "data", out / "logs"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    runs: list[StepRun] = []
+    started = time.monotonic()
+    for number, step in enumerate(steps, 1):
+        run = run_step(step, args.quick, data_dir, log_dir, f"{number}/{len(steps)}")
+        runs.append(run)
+        elapsed = time.monotonic() - started
+        progress(
+            f"{number}/{len(steps)} {step.name}: done in {run.seconds:.0f} s, {verdict_counts(run)}; "
+            f"elapsed {elapsed / 60:.1f} min"
+        )
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    steps = select(args.only)
+    if args.list:
+        for step in steps:
+            print(f"{step.name}: {command_line(step, args.quick)}")
+        return 0
+    out = args.out.resolve()
+    machine = Machine.describe()
+    progress(f"{len(steps)} benchmark(s){' (quick)' if args.quick else ''}; report in {out}")
+    started = time.monotonic()
+    runs = run_all(args, steps, out)
+    title = f"xmtp-push benchmarks, {machine.date}" + (" (quick mode)" if args.quick else "")
+    plot_note = write_plot(runs, out, title)
+    report = render(
+        machine, runs, out, suite_command(args), args.quick, plot_note, time.monotonic() - started
+    )
+    (out / "report.md").write_text(report)
+    progress(
+        f"wrote {out / 'report.md'}"
+        + (f" and {out / PLOT_NAME}" if plot_note is None else f"; plot {plot_note}")
+    )
+    failed = [r.step.name for r in runs if not r.ok]
+    if failed:
+        progress(f"no results from: {', '.join(failed)} (see their logs)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
