@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
@@ -27,9 +26,9 @@ from app.recipients.models import Recipient, Subscription
 from app.recipients.types import Delivery, SubscriptionSpec
 
 
-@dataclass(frozen=True, slots=True)
-class SubscriberRow:
-    """What fan-out needs of one subscription and its recipient."""
+class SubscriberRow(NamedTuple):
+    """What fan-out needs of one subscription and its recipient: the shape of the page query's rows,
+    which are handed over as they come (named after the query's columns), not copied into objects."""
 
     recipient_id: bytes
     start_ns: int
@@ -311,4 +310,4 @@ async def subscribers_page(
     # result machinery, which cost more than the query itself for a 1,000-row page.
     connection = await session.connection()
     rows = await connection.execute(subscribers_query(topic, after_recipient_id, limit, until))
-    return [SubscriberRow(*row) for row in rows]
+    return cast(list[SubscriberRow], rows.all())
