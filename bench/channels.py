@@ -51,7 +51,7 @@ from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from bench._results import Results
 from bench._results import verdict as meets
-from bench._support import DEFAULT_ADMIN_DSN, bench_database, environment_line
+from bench._support import DEFAULT_ADMIN_DSN, bench_database, environment_line, run_on_fastest_loop
 from bench.pipeline import CpuWindow, Ingestor, Proc, running_backend, start_process, stop_process
 from tests import keys
 
@@ -554,7 +554,7 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(amain(parse_args(argv)))
+    return run_on_fastest_loop(amain(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, cast
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Integer,
     LargeBinary,
     Table,
     bindparam,
@@ -227,12 +228,9 @@ async def targets_by_id(session: AsyncSession, ids: Sequence[bytes]) -> dict[byt
     """The current delivery target of each recipient that still exists."""
     if not ids:
         return {}
-    query = select(
-        Recipient.id, Recipient.channel, Recipient.target, Recipient.signing_key, Recipient.secret_hash
-    ).where(Recipient.id.in_(set(ids)))
     # Plain rows on the session's connection: the ORM's identity map and entity loading cost
     # more than the query for a batch of a few hundred deliveries.
-    rows = await (await session.connection()).execute(query)
+    rows = await (await session.connection()).execute(_TARGETS, {"ids": list(set(ids))})
     return {row[0]: RecipientTarget(*row[1:]) for row in rows}
 
 
@@ -275,10 +273,11 @@ async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> i
     return len(ids)
 
 
-def subscribers_query(topic: bytes, after_recipient_id: bytes, limit: int, until: bytes = b"") -> Any:
-    """One page of a topic's subscribers in recipient-id order, above `after_recipient_id` and at most
-    `until` (when given): a primary-key range scan, with each recipient's channel looked up by its
-    primary key."""
+def _subscribers_statement(bounded: bool) -> Any:
+    """One page of a topic's subscribers in recipient-id order, above `after` and, when `bounded`,
+    at most `until`: a primary-key range scan, with each recipient's channel looked up by its
+    primary key. Built once with bound parameters: a statement object that is reused keeps its
+    cache key, which SQLAlchemy would otherwise work out again on every page."""
     # A correlated scalar subquery, not a join: PostgreSQL runs it as one
     # pk_recipients probe per returned row. Joined, the planner was free to
     # drive the page from recipients instead (a hash join over a Seq Scan of
@@ -296,11 +295,29 @@ def subscribers_query(topic: bytes, after_recipient_id: bytes, limit: int, until
             Subscription.include_commits,
             channel_column,
         )
-        .where(Subscription.topic == topic, Subscription.recipient_id > after_recipient_id)
+        .where(Subscription.topic == bindparam("topic"), Subscription.recipient_id > bindparam("after"))
         .order_by(Subscription.recipient_id)
-        .limit(limit)
+        .limit(bindparam("limit", type_=Integer))
     )
-    return query.where(Subscription.recipient_id <= until) if until else query
+    return query.where(Subscription.recipient_id <= bindparam("until")) if bounded else query
+
+
+_SUBSCRIBERS = {bounded: _subscribers_statement(bounded) for bounded in (False, True)}
+_TARGETS = select(
+    Recipient.id, Recipient.channel, Recipient.target, Recipient.signing_key, Recipient.secret_hash
+).where(Recipient.id.in_(bindparam("ids", expanding=True)))
+
+
+def _page_parameters(topic: bytes, after: bytes, limit: int, until: bytes) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"topic": topic, "after": after, "limit": limit}
+    if until:
+        parameters["until"] = until
+    return parameters
+
+
+def subscribers_query(topic: bytes, after_recipient_id: bytes, limit: int, until: bytes = b"") -> Any:
+    """The page statement with its values bound: what `subscribers_page` sends."""
+    return _SUBSCRIBERS[bool(until)].params(_page_parameters(topic, after_recipient_id, limit, until))
 
 
 async def subscribers_page(
@@ -309,5 +326,6 @@ async def subscribers_page(
     # On the session's connection, not session.execute: plain rows need none of the ORM's
     # result machinery, which cost more than the query itself for a 1,000-row page.
     connection = await session.connection()
-    rows = await connection.execute(subscribers_query(topic, after_recipient_id, limit, until))
+    parameters = _page_parameters(topic, after_recipient_id, limit, until)
+    rows = await connection.execute(_SUBSCRIBERS[bool(until)], parameters)
     return cast(list[SubscriberRow], rows.all())

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 import bench.pipeline
-from bench._support import DEFAULT_ADMIN_DSN
+from bench._support import DEFAULT_ADMIN_DSN, run_on_fastest_loop
 from bench.pipeline.fanout import scenario_fanout
 from bench.pipeline.rate import scenario_rate
 from bench.pipeline.shared import header
@@ -140,4 +139,4 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(amain(parse_args(argv)))
+    return run_on_fastest_loop(amain(parse_args(argv)))

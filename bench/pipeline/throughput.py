@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -71,7 +72,8 @@ async def measure_bare(
 ) -> Bare:
     print()
     print(
-        f"== bare loop: aiohttp, shared session, {args.bare_concurrency} in flight, standardwebhooks sign =="
+        f"== bare loop: aiohttp on {type(asyncio.get_running_loop()).__module__.split('.')[0]}, shared session, "
+        f"{args.bare_concurrency} in flight, standardwebhooks sign =="
     )
     cpu = CpuWindow({"receiver": receiver_proc.pid})
     elapsed, ok, errors = await bare_loop(port, plan, args.bare_concurrency)
