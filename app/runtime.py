@@ -23,6 +23,9 @@ class Runtime:
     settings: Settings
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
+    # For work that only reads, one statement at a time (fan-out pages, delivery targets): no
+    # transaction, so no BEGIN and ROLLBACK round trips around each query.
+    reads: async_sessionmaker[AsyncSession]
     rules: RecipientRules
     # Redis when configured; the in-process queue only where the caller allows it (dev).
     queue: WorkQueue | None = None
@@ -59,6 +62,7 @@ async def open_runtime(settings: Settings, *, in_process_queue: bool = False) ->
             settings=settings,
             engine=engine,
             sessions=create_session_factory(engine),
+            reads=create_session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
             rules=RecipientRules.from_settings(settings),
             queue=queue,
             activity=activity,

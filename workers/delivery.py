@@ -103,7 +103,7 @@ class DeliveryWorker:
             if job is None:
                 self._finished.ack.append(entry.id)
         decoded = [(entry, job) for entry, job in jobs if job is not None]
-        async with self.runtime.sessions() as session:
+        async with self.runtime.reads() as session:
             recipients = await repo.targets_by_id(session, [job.recipient_id for _, job in decoded])
         claims = await self.queue.claim_once(
             [(job.dedup_key, job.job_id) for _, job in decoded], self.runtime.settings.dedup_ttl_seconds
