@@ -12,6 +12,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     Table,
+    any_,
     bindparam,
     column,
     delete,
@@ -23,6 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.database import fetch_rows
 from app.recipients.models import Recipient, Subscription
 from app.recipients.types import Delivery, SubscriptionSpec
 
@@ -228,9 +230,8 @@ async def targets_by_id(session: AsyncSession, ids: Sequence[bytes]) -> dict[byt
     """The current delivery target of each recipient that still exists."""
     if not ids:
         return {}
-    # Plain rows on the session's connection: the ORM's identity map and entity loading cost
-    # more than the query for a batch of a few hundred deliveries.
-    rows = await (await session.connection()).execute(_TARGETS, {"ids": list(set(ids))})
+    statement = _TARGETS[session.get_bind().dialect.name == "postgresql"]
+    rows = await fetch_rows(session, statement, {"ids": list(set(ids))})
     return {row[0]: RecipientTarget(*row[1:]) for row in rows}
 
 
@@ -303,9 +304,15 @@ def _subscribers_statement(bounded: bool) -> Any:
 
 
 _SUBSCRIBERS = {bounded: _subscribers_statement(bounded) for bounded in (False, True)}
-_TARGETS = select(
+_TARGET_COLUMNS = select(
     Recipient.id, Recipient.channel, Recipient.target, Recipient.signing_key, Recipient.secret_hash
-).where(Recipient.id.in_(bindparam("ids", expanding=True)))
+)
+# By whether the database is PostgreSQL: `= ANY(array)` there, one statement for any number of
+# ids that the driver keeps prepared; an expanding IN list elsewhere.
+_TARGETS = {
+    True: _TARGET_COLUMNS.where(Recipient.id == any_(bindparam("ids", type_=postgresql.ARRAY(LargeBinary)))),
+    False: _TARGET_COLUMNS.where(Recipient.id.in_(bindparam("ids", expanding=True))),
+}
 
 
 def _page_parameters(topic: bytes, after: bytes, limit: int, until: bytes) -> dict[str, Any]:
@@ -323,9 +330,6 @@ def subscribers_query(topic: bytes, after_recipient_id: bytes, limit: int, until
 async def subscribers_page(
     session: AsyncSession, topic: bytes, after_recipient_id: bytes, limit: int, until: bytes = b""
 ) -> list[SubscriberRow]:
-    # On the session's connection, not session.execute: plain rows need none of the ORM's
-    # result machinery, which cost more than the query itself for a 1,000-row page.
-    connection = await session.connection()
     parameters = _page_parameters(topic, after_recipient_id, limit, until)
-    rows = await connection.execute(_SUBSCRIBERS[bool(until)], parameters)
-    return cast(list[SubscriberRow], rows.all())
+    rows = await fetch_rows(session, _SUBSCRIBERS[bool(until)], parameters)
+    return [SubscriberRow(*row) for row in rows]
