@@ -140,17 +140,11 @@ async def upsert_subscriptions(
     Returns how many were new."""
     if not specs:
         return 0
-    rows = [_subscription_row(recipient_id, spec, now_ns) for spec in specs]
     if session.get_bind().dialect.name == "postgresql":
-        # One statement over arrays: an executemany is one INSERT execution per
-        # row on the server (1000 executor start-ups and round trips' worth of
-        # work for a full request). xmax is 0 exactly on the rows it inserted.
-        stmt = _insert(session, Subscription).from_select(
-            ["topic", "recipient_id", "start_ns", "hmac_epoch_base", "hmac_keys", "include_commits"],
-            _unnested_subscriptions(rows, recipient_id, now_ns),
-        )
-        inserted = _on_conflict_replace_keys(stmt).returning(literal_column("(xmax = 0)", Boolean))
-        return sum(1 for (new,) in await session.execute(inserted) if new)
+        parameters = _subscription_arrays(specs) | {"recipient_id": recipient_id, "start_ns": now_ns}
+        result = await (await session.connection()).execute(_upsert_over_arrays(), parameters)
+        return sum(1 for (new,) in result if new)
+    rows = [_subscription_row(recipient_id, spec, now_ns) for spec in specs]
     present = await _existing_topics(session, recipient_id, [row["topic"] for row in rows])
     await session.execute(_on_conflict_replace_keys(_insert(session, Subscription)), rows)
     return len(rows) - len(present)
@@ -167,15 +161,15 @@ def _on_conflict_replace_keys(stmt: Any) -> Any:
     )
 
 
-def _unnested_subscriptions(rows: Sequence[dict[str, Any]], recipient_id: bytes, now_ns: int) -> Any:
-    """SELECT the rows from unnest() of one array parameter per varying column (PostgreSQL)."""
+@functools.cache
+def _upsert_over_arrays() -> Any:
+    """PostgreSQL: one INSERT ... SELECT FROM unnest() of one array parameter per varying column.
+    An executemany is one INSERT execution per row on the server (1000 executor start-ups and
+    round trips' worth of work for a full request). xmax is 0 exactly on the rows it inserted.
+    Built once: a reused statement keeps its cache key and compiled form."""
+    arrays = (("topics", LargeBinary), ("bases", BigInteger), ("keys", LargeBinary), ("commits", Boolean))
     incoming = (
-        func.unnest(
-            bindparam("topics", [r["topic"] for r in rows], type_=postgresql.ARRAY(LargeBinary)),
-            bindparam("bases", [r["hmac_epoch_base"] for r in rows], type_=postgresql.ARRAY(BigInteger)),
-            bindparam("keys", [r["hmac_keys"] for r in rows], type_=postgresql.ARRAY(LargeBinary)),
-            bindparam("commits", [r["include_commits"] for r in rows], type_=postgresql.ARRAY(Boolean)),
-        )
+        func.unnest(*(bindparam(name, type_=postgresql.ARRAY(kind)) for name, kind in arrays))
         .table_valued(
             column("topic", LargeBinary),
             column("hmac_epoch_base", BigInteger),
@@ -184,14 +178,27 @@ def _unnested_subscriptions(rows: Sequence[dict[str, Any]], recipient_id: bytes,
         )
         .render_derived(name="incoming")
     )
-    return select(
+    rows = select(
         incoming.c.topic,
-        bindparam("recipient_id", recipient_id, type_=LargeBinary),
-        bindparam("start_ns", now_ns, type_=BigInteger),
+        bindparam("recipient_id", type_=LargeBinary),
+        bindparam("start_ns", type_=BigInteger),
         incoming.c.hmac_epoch_base,
         incoming.c.hmac_keys,
         incoming.c.include_commits,
     )
+    columns = ["topic", "recipient_id", "start_ns", "hmac_epoch_base", "hmac_keys", "include_commits"]
+    stmt = postgresql.insert(Subscription).from_select(columns, rows)
+    return _on_conflict_replace_keys(stmt).returning(literal_column("(xmax = 0)", Boolean))
+
+
+def _subscription_arrays(specs: Sequence[SubscriptionSpec]) -> dict[str, list[Any]]:
+    keyed = [bool(spec.hmac_keys) for spec in specs]
+    return {
+        "topics": [spec.topic for spec in specs],
+        "bases": [spec.hmac_epoch_base if k else None for spec, k in zip(specs, keyed, strict=True)],
+        "keys": [b"".join(spec.hmac_keys) if k else None for spec, k in zip(specs, keyed, strict=True)],
+        "commits": [spec.include_commits for spec in specs],
+    }
 
 
 def _subscription_row(recipient_id: bytes, spec: SubscriptionSpec, now_ns: int) -> dict[str, Any]:
