@@ -26,6 +26,7 @@ from app.recipients.types import Channel
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
+_LABELS = {channel.value: channel.label for channel in Channel}
 READ_BLOCK_SECONDS = 1.0
 FLUSH_SECONDS = 0.005
 FLUSH_SIZE = 256
@@ -115,7 +116,7 @@ class DeliveryWorker:
         if recipient is None or not first:  # unregistered since, or already sent
             self._finished.ack.append(entry.id)
             return
-        label = Channel(recipient.channel).label
+        label = _LABELS[recipient.channel]
         if label != self.channel:  # re-registered on another channel: hand it over
             self._finished.ack.append(entry.id)
             self._finished.add_to(delivery_stream(label), job.encode())

@@ -74,7 +74,13 @@ async def fetch_rows(session: AsyncSession, statement: Any, parameters: Mapping[
     sql, names = _driver_sql(statement, connection.dialect)
     raw = await connection.get_raw_connection()
     driver: Any = raw.driver_connection
-    return list(await driver.fetch(sql, *(parameters[name] for name in names)))
+    try:
+        return list(await driver.fetch(sql, *(parameters[name] for name in names)))
+    except Exception:
+        # SQLAlchemy did not see this error, so it cannot tell a lost connection from a bad query:
+        # drop the connection from the pool rather than hand a possibly dead one to the next user.
+        await connection.invalidate()
+        raise
 
 
 @functools.cache

@@ -7,7 +7,8 @@ import json
 import random
 import re
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from app.delivery.types import Hint, Outcome, OutcomeKind
 
@@ -15,8 +16,9 @@ MAX_BACKOFF_SECONDS = 300.0
 _PLAIN_ID = re.compile(r"[0-9A-Za-z_-]*")
 
 
-@dataclass(frozen=True, slots=True)
-class DeliveryJob:
+class DeliveryJob(NamedTuple):
+    """One delivery attempt to make. A tuple: a worker decodes one per delivery."""
+
     job_id: str
     recipient_id: bytes
     topic: bytes
@@ -122,7 +124,7 @@ def next_step(job: DeliveryJob, outcome: Outcome, max_attempts: int, base_second
     if job.attempt >= max_attempts:
         return Outcome(OutcomeKind.DEAD) if all_gone else Outcome(OutcomeKind.TRANSIENT)
     delay = max(backoff(job.attempt, base_seconds), outcome.delay_seconds or 0.0)
-    return Retry(replace(job, attempt=job.attempt + 1, all_gone=all_gone), delay)
+    return Retry(job._replace(attempt=job.attempt + 1, all_gone=all_gone), delay)
 
 
 def backoff(attempt: int, base_seconds: float) -> float:
