@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from app.delivery.jobs import MAX_BACKOFF_SECONDS, DeliveryJob, Retry, backoff, next_step
+from app.delivery.jobs import MAX_BACKOFF_SECONDS, DeliveryJob, Retry, backoff, first_attempts, next_step
 from app.delivery.providers.webhook import GONE, outcome_for_status, signed_headers, webhook_body, webhook_id
 from app.delivery.types import (
     DEAD,
@@ -390,3 +390,18 @@ def test_webhook_id_is_stable_per_hint() -> None:
     assert len(others) == 4
     assert RECIPIENT.hex() not in webhook_id(hint)
     assert webhook_id(hint).isascii() and " " not in webhook_id(hint)
+
+
+def test_first_attempts_are_the_jobs_fan_out_would_make_one_by_one() -> None:
+    recipients = [n.to_bytes(2, "big") * 16 for n in range(300)]
+    payloads = first_attempts(recipients, b"\x07" * 33, 2**64 - 1, 1_700_000_000_000_000_000)
+    jobs = [DeliveryJob.decode(p) for p in payloads]
+    assert [j.recipient_id for j in jobs] == recipients
+    assert {(j.topic, j.sequence_id, j.ingested_ns, j.attempt, j.all_gone) for j in jobs} == {
+        (b"\x07" * 33, 2**64 - 1, 1_700_000_000_000_000_000, 1, True)
+    }
+    assert len({j.job_id for j in jobs}) == len(jobs)  # each its own deduplication owner
+    assert all(p == j.encode() for p, j in zip(payloads, jobs, strict=True))
+    assert (
+        first_attempts(recipients[:1], b"\x07", 1, 2)[0] != first_attempts(recipients[:1], b"\x07", 1, 2)[0]
+    )
