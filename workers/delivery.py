@@ -30,6 +30,7 @@ _LABELS = {channel.value: channel.label for channel in Channel}
 READ_BLOCK_SECONDS = 1.0
 FLUSH_SECONDS = 0.005
 FLUSH_SIZE = 256
+ACTIVITY_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -54,6 +55,7 @@ class DeliveryWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._finished = Commit()
         self._tally: Counter[tuple[str, str]] = Counter()
+        self._tally_due = 0.0
         self._paused_until = 0.0
         # Set whenever an attempt ends: waiting on it is O(1), where asyncio.wait over every
         # in-flight task added and removed a callback on each of them for every wake-up.
@@ -76,7 +78,7 @@ class DeliveryWorker:
             await self._drain()
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
-            await self._flush()
+            await self._flush(final=True)
 
     async def _read_once(self) -> None:
         if await self._wait_for_pause():
@@ -181,11 +183,13 @@ class DeliveryWorker:
             await asyncio.sleep(FLUSH_SECONDS)
             await self._flush()
 
-    async def _flush(self) -> None:
+    async def _flush(self, final: bool = False) -> None:
         # Read off every few milliseconds rather than moved on every attempt.
         self._inflight.set(len(self._tasks))
-        if self._tally and self.runtime.activity is not None:
-            tally, self._tally = self._tally, Counter()
+        now = time.monotonic()
+        if self._tally and self.runtime.activity is not None and (final or now >= self._tally_due):
+            # Per-minute outcome counts for stats and /status: a round trip a second, not per flush.
+            tally, self._tally, self._tally_due = self._tally, Counter(), now + ACTIVITY_SECONDS
             with contextlib.suppress(Exception):  # telemetry only; never blocks delivery
                 await self.runtime.activity.record(tally, time.time())
         if not self._finished:
