@@ -17,8 +17,13 @@ import asyncpg
 
 from app.core.config import Settings
 from app.core.migrations import upgrade
+from app.recipients.models import Recipient, Subscription
 
 DEFAULT_ADMIN_DSN = os.environ.get("XMTP_PUSH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+# The tables' columns in their declared order: the order the benchmarks build their rows in.
+RECIPIENT_COLUMNS = tuple(column.name for column in Recipient.__table__.columns)
+SUBSCRIPTION_COLUMNS = tuple(column.name for column in Subscription.__table__.columns)
 
 
 def asyncpg_dsn(sqlalchemy_url: str) -> str:

@@ -42,6 +42,8 @@ from bench._results import Results
 from bench._results import verdict as meets
 from bench._support import (
     DEFAULT_ADMIN_DSN,
+    RECIPIENT_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
     asyncpg_dsn,
     bench_database,
     environment_line,
@@ -53,24 +55,6 @@ from bench.registration import CpuWindow, load_average
 
 PK_INDEX = "pk_subscriptions"
 CHANNEL_APNS, CHANNEL_FCM, CHANNEL_HTTP = 1, 2, 3
-SUBSCRIPTION_COLUMNS = (
-    "topic",
-    "recipient_id",
-    "start_ns",
-    "hmac_epoch_base",
-    "hmac_keys",
-    "include_commits",
-)
-RECIPIENT_COLUMNS = (
-    "id",
-    "secret_hash",
-    "channel",
-    "target",
-    "signing_key",
-    "topic_count",
-    "created_ns",
-    "renewed_ns",
-)
 
 
 # --------------------------------------------------------------------------- data

@@ -89,16 +89,7 @@ async def upsert_recipient(
     return (await session.execute(stmt, params)).scalar_one_or_none()
 
 
-_RECIPIENT_COLUMNS = (
-    "id",
-    "secret_hash",
-    "channel",
-    "target",
-    "signing_key",
-    "topic_count",
-    "created_ns",
-    "renewed_ns",
-)
+_RECIPIENT_COLUMNS = tuple(column.name for column in Recipient.__table__.columns)
 
 
 @functools.cache

@@ -14,27 +14,9 @@ import grpc
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from bench._support import asyncpg_dsn
+from bench._support import RECIPIENT_COLUMNS, SUBSCRIPTION_COLUMNS, asyncpg_dsn
 
 HTTP_CHANNEL = 3
-RECIPIENT_COLUMNS = [
-    "id",
-    "secret_hash",
-    "channel",
-    "target",
-    "signing_key",
-    "topic_count",
-    "created_ns",
-    "renewed_ns",
-]
-SUBSCRIPTION_COLUMNS = [
-    "topic",
-    "recipient_id",
-    "start_ns",
-    "hmac_epoch_base",
-    "hmac_keys",
-    "include_commits",
-]
 
 
 @dataclass(frozen=True, slots=True)
