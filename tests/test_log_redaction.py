@@ -34,7 +34,7 @@ from tests.fake_apns import FakeApns, TlsFiles
 from tests.fake_fcm import ACCESS_TOKEN, FakeFcm
 from tests.ops_support import Registered, channel_env, command, free_port, register
 from tests.pipeline_support import Receiver, envelope, group_topic, server_envelope, wait_until, welcome_topic
-from tests.support import POSTGRES_ADMIN_DSN, create_postgres_database, drop_postgres_database
+from tests.support import create_postgres_database, drop_postgres_database
 
 receiver = pipeline_support.receiver
 tls = ops_support.tls
@@ -130,20 +130,6 @@ async def wait_healthy(process: asyncio.subprocess.Process, port: int, stderr: P
                 pass
             await asyncio.sleep(0.1)
     raise AssertionError(f"xmtp-push dev did not answer within {START_SECONDS} s")
-
-
-async def break_database_connections(database_url: str) -> int:
-    """Terminate the server side of every connection the child holds to its database."""
-    name = database_url.rsplit("/", 1)[1]
-    connection = await asyncpg.connect(POSTGRES_ADMIN_DSN)
-    try:
-        rows = await connection.fetch(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-            name,
-        )
-    finally:
-        await connection.close()
-    return len(rows)
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
@@ -409,25 +395,47 @@ async def scripted_flow(
 
 
 async def break_the_database(flow: Flow, database_url: str, endpoint: pipeline_support.Endpoint) -> None:
-    """The database connections go away under the API: a call fails, the next ones reconnect.
-    A worker of the same process may meet the broken connections first and have the pool replace
-    them before the call does; then the connections are broken again, up to three times."""
-    failures = 0
-    for _ in range(3):
-        failures += await _call_through_a_break(flow, database_url, endpoint)
-        if failures:
-            break
-    assert failures > 0, "breaking the connections did not fail a call"
+    """A connection goes away under a Register call: that call fails, the next ones reconnect.
+    The call is held on a table lock first, so the break lands inside it and not in whichever
+    part of the process happened to touch the database next."""
+    dsn = database_url.replace("+asyncpg", "")
+    locker = await asyncpg.connect(dsn)
+    try:
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute("LOCK TABLE recipients IN ACCESS EXCLUSIVE MODE")
+        call = asyncio.create_task(flow.recipient("during the break", "http", endpoint.url, endpoint.key, []))
+        await _terminate_lock_waiters(locker)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE, raised.value.code()  # the SDK retries it
+        await transaction.rollback()
+    finally:
+        await locker.close()
+    await _recovers(flow, endpoint)
 
 
-async def _call_through_a_break(flow: Flow, database_url: str, endpoint: pipeline_support.Endpoint) -> int:
-    assert await break_database_connections(database_url) > 0
-    failures = 0
+async def _terminate_lock_waiters(locker: asyncpg.Connection) -> None:
+    """Terminate every backend of this database that waits on a lock, once one does."""
+    waiting = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    )
+    for _ in range(200):
+        pids = [row["pid"] for row in await locker.fetch(waiting)]
+        if pids:
+            for pid in pids:
+                await locker.execute("SELECT pg_terminate_backend($1)", pid)
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the Register call never reached the locked table")
+
+
+async def _recovers(flow: Flow, endpoint: pipeline_support.Endpoint) -> None:
     for _ in range(30):
         try:
             await flow.recipient("after the break", "http", endpoint.url, endpoint.key, [])
-            return failures
+            return
         except grpc.aio.AioRpcError as error:
-            assert error.code() == grpc.StatusCode.UNAVAILABLE, error.code()  # the SDK retries it
-            failures += 1
-    raise AssertionError("the API did not recover from the broken database connections")
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error.code()
+    raise AssertionError("the API did not recover from the broken database connection")
