@@ -1,7 +1,10 @@
 """Delivery worker for one channel: reads its stream, sends with bounded concurrency, records outcomes.
 
-Reading never waits for a batch to finish: each attempt frees its slot when it
-ends, and finished attempts are acknowledged together every few milliseconds.
+Reading never waits for a batch to finish, and sending never waits for a read:
+the next entries are read, their recipients looked up and claimed ahead, into a
+buffer of ready work, and an attempt that ends starts the next ready one at
+once, in its done callback. Finished attempts are acknowledged together every
+few milliseconds.
 One slow receiver holds only its own slots; other channels have their own
 workers and streams.
 """
@@ -12,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from app.core import metrics
@@ -53,13 +56,15 @@ class DeliveryWorker:
         self.max_attempts = settings.max_attempts
         self.retry_base = settings.retry_base_seconds
         self._tasks: set[asyncio.Task[None]] = set()
+        # Read and claimed, waiting for a slot: at most `capacity`, so a worker holds at most
+        # twice its concurrency in unacknowledged entries (reclaimed by others if it dies).
+        self._ready: deque[_Work] = deque()
         self._finished = Commit()
         self._tally: Counter[tuple[str, str]] = Counter()
         self._tally_due = 0.0
         self._paused_until = 0.0
-        # Set whenever an attempt ends: waiting on it is O(1), where asyncio.wait over every
-        # in-flight task added and removed a callback on each of them for every wake-up.
-        self._slot_freed = asyncio.Event()
+        # Set whenever ready work is taken: the reader waits on it while the buffer is full.
+        self._ready_taken = asyncio.Event()
         # Label lookups resolved once, not several times per attempt.
         self._inflight = metrics.inflight.labels(self.channel)
         self._seconds = metrics.delivery_seconds.labels(self.channel)
@@ -75,6 +80,7 @@ class DeliveryWorker:
                     log.exception("%s delivery loop failed; continuing", self.channel)
                     await asyncio.sleep(READ_BLOCK_SECONDS)
         finally:
+            self._hand_back_ready()
             await self._drain()
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
@@ -83,14 +89,15 @@ class DeliveryWorker:
     async def _read_once(self) -> None:
         if await self._wait_for_pause():
             return  # still paused: the loop looks at `stop`, then waits again
-        if len(self._tasks) >= self.capacity:
-            self._slot_freed.clear()
-            await self._slot_freed.wait()
+        room = self.capacity - len(self._ready)
+        if room <= 0:
+            self._ready_taken.clear()
+            await self._ready_taken.wait()
             return
-        free = self.capacity - len(self._tasks)
-        entries = await self.queue.read(self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS)
+        entries = await self.queue.read(self.stream, self.consumer, min(room, FLUSH_SIZE), READ_BLOCK_SECONDS)
         if entries:
             await self._dispatch(entries)
+            self._start_ready()
 
     async def _wait_for_pause(self) -> bool:
         """Sleep up to a second while the channel is paused; True if it was."""
@@ -123,16 +130,21 @@ class DeliveryWorker:
             self._finished.ack.append(entry.id)
             self._finished.add_to(delivery_stream(label), job.encode())
             return
-        self._start(_Work(entry, job, recipient))
+        self._ready.append(_Work(entry, job, recipient))
 
-    def _start(self, work: _Work) -> None:
-        task = asyncio.create_task(self._attempt(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+    def _start_ready(self) -> None:
+        """Start ready work while there are free slots."""
+        if not self._ready or len(self._tasks) >= self.capacity:
+            return
+        while self._ready and len(self._tasks) < self.capacity:
+            task = asyncio.create_task(self._attempt(self._ready.popleft()))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+        self._ready_taken.set()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._slot_freed.set()
+        self._start_ready()
 
     async def _attempt(self, work: _Work) -> None:
         if self._paused_until > time.time():
@@ -200,6 +212,15 @@ class DeliveryWorker:
         except Exception:
             # Unacknowledged entries are reclaimed and retried later; nothing is lost.
             log.exception("could not acknowledge %d %s deliveries", len(commit.ack), self.channel)
+
+    def _hand_back_ready(self) -> None:
+        """Stopping: work not started goes back to the stream (same job ids, so its claims
+        still hold for whoever takes it) in the final commit, not left pending until reclaimed."""
+        self.capacity = 0  # ending attempts start nothing more
+        while self._ready:
+            work = self._ready.popleft()
+            self._finished.add_to(self.stream, work.job.encode())
+            self._finished.ack.append(work.entry.id)
 
     async def _drain(self) -> None:
         if self._tasks:
