@@ -34,6 +34,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import ssl
 import sys
@@ -425,7 +426,7 @@ async def start_profiler(args: argparse.Namespace, pid: int) -> asyncio.subproce
     if not args.py_spy:
         return None
     command = [
-        "py-spy",
+        shutil.which("py-spy", path=os.path.dirname(sys.executable)) or "py-spy",  # the venv's first
         "record",
         "--pid",
         str(pid),
