@@ -80,19 +80,12 @@ async def _bound_http_port(server: _HttpServer, task: asyncio.Task[None]) -> int
     return int(server.servers[0].sockets[0].getsockname()[1])
 
 
-async def _sweep_until(runtime: Runtime, stop: asyncio.Event) -> None:
-    sweeper = asyncio.create_task(run_sweeper(runtime))
-    await stop.wait()
-    sweeper.cancel()
-    await asyncio.gather(sweeper, return_exceptions=True)
-
-
 @contextlib.asynccontextmanager
 async def background(
     runtime: Runtime, jobs: Sequence[BackgroundJob], stop: asyncio.Event
 ) -> AsyncIterator[None]:
     """Run jobs (and the expiry sweep) beside the body; on exit, stop them and wait."""
-    tasks = [asyncio.create_task(job(runtime, stop)) for job in (_sweep_until, *jobs)]
+    tasks = [asyncio.create_task(job(runtime, stop)) for job in (run_sweeper, *jobs)]
     try:
         yield
     finally:

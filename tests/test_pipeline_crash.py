@@ -194,3 +194,48 @@ async def test_killed_worker_loses_no_hint(
             if worker.poll() is None:
                 worker.kill()
             worker.wait(timeout=10)
+
+
+async def test_stopped_worker_hands_back_what_it_had_not_started(
+    postgresql_url: str, redis_url: str, redis_client: Redis, receiver: Receiver, tmp_path: Path
+) -> None:
+    """SIGTERM: attempts in flight finish, work read ahead goes back to the stream. Reclaim is set to
+    ten minutes, so the next worker can deliver the rest in time only if it was handed back."""
+    stack = Stack("redis", "postgresql", postgresql_url, redis_url)
+    env = worker_env(postgresql_url, redis_url)
+    env.update({"XMTP_PUSH_QUEUE_RECLAIM_SECONDS": "600", "XMTP_PUSH_DELIVERY_CONCURRENCY": "3"})
+    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        async with running_pipeline(stack, workers=False) as pipe:
+            topic = group_topic()
+            members = [await pipe.register(receiver.endpoint(delays=[0.5])) for _ in range(12)]
+            for member in members:
+                await pipe.subscribe(member, topic)
+            workers.append(start_worker(env, logs[0]))
+            await pipe.ingest_ok([envelope(topic, 1)])
+            first = workers[0]
+            # Three attempts held by the receiver, and three more read ahead behind them.
+            await wait_until(lambda: len(receiver.all_requests()) >= 3, 30, "the first attempts")
+            held = await pending_of(redis_client, first.pid, STREAMS[1:])
+            assert held == 6, held
+            first.send_signal(signal.SIGTERM)
+            await wait_until(lambda: first.poll() is not None, 20, f"the worker to stop: {log_tail(logs[0])}")
+            assert first.returncode == 0, log_tail(logs[0])
+            assert await pending_of(redis_client, first.pid, STREAMS[1:]) == 0
+            assert len(receiver.all_requests()) == 3  # what was read ahead was not started
+
+            workers.append(start_worker(env, logs[1]))
+            expected = {(topic, 1, member.rid) for member in members}
+            await wait_until(
+                lambda: {r.hint for r in receiver.all_requests() if r.answered} == expected,
+                20,
+                "every hint after the hand-back",
+            )
+            hints = [r.hint for r in receiver.all_requests()]
+            assert sorted(hints) == sorted(expected), "each hint exactly once"
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+            worker.wait(timeout=10)

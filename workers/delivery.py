@@ -70,7 +70,9 @@ class DeliveryWorker:
         self._seconds = metrics.delivery_seconds.labels(self.channel)
 
     async def run(self, stop: asyncio.Event) -> None:
-        flusher = asyncio.create_task(self._flush_loop())
+        drained = asyncio.Event()
+        flusher = asyncio.create_task(self._flush_loop(drained))
+        stopping = asyncio.create_task(self._stop_starting(stop))
         try:
             while not stop.is_set():
                 try:
@@ -80,10 +82,13 @@ class DeliveryWorker:
                     log.exception("%s delivery loop failed; continuing", self.channel)
                     await asyncio.sleep(READ_BLOCK_SECONDS)
         finally:
-            self._hand_back_ready()
+            self._hand_back_ready()  # and what a read in progress at the stop brought in
             await self._drain()
-            flusher.cancel()
-            await asyncio.gather(flusher, return_exceptions=True)
+            # The flusher is told to end, not cancelled: a cancellation landing inside a Redis
+            # call can be absorbed by the client, and the loop would then run on forever.
+            drained.set()
+            stopping.cancel()
+            await asyncio.gather(flusher, stopping, return_exceptions=True)
             await self._flush(final=True)
 
     async def _read_once(self) -> None:
@@ -190,8 +195,8 @@ class DeliveryWorker:
         if deleted:
             metrics.recipients_total.labels("dead").inc()
 
-    async def _flush_loop(self) -> None:
-        while True:
+    async def _flush_loop(self, drained: asyncio.Event) -> None:
+        while not drained.is_set():
             await asyncio.sleep(FLUSH_SECONDS)
             await self._flush()
 
@@ -212,6 +217,12 @@ class DeliveryWorker:
         except Exception:
             # Unacknowledged entries are reclaimed and retried later; nothing is lost.
             log.exception("could not acknowledge %d %s deliveries", len(commit.ack), self.channel)
+
+    async def _stop_starting(self, stop: asyncio.Event) -> None:
+        """From the moment of the stop, ending attempts start nothing more."""
+        await stop.wait()
+        self._hand_back_ready()
+        self._ready_taken.set()  # a reader waiting for room looks at `stop` again
 
     def _hand_back_ready(self) -> None:
         """Stopping: work not started goes back to the stream (same job ids, so its claims
