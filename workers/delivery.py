@@ -1,10 +1,7 @@
 """Delivery worker for one channel: reads its stream, sends with bounded concurrency, records outcomes.
 
-Reading never waits for a batch to finish, and sending never waits for a read:
-the next entries are read, their recipients looked up and claimed ahead, into a
-buffer of ready work, and an attempt that ends starts the next ready one at
-once, in its done callback. Finished attempts are acknowledged together every
-few milliseconds.
+Reading never waits for a batch to finish: each attempt frees its slot when it
+ends, and finished attempts are acknowledged together every few milliseconds.
 One slow receiver holds only its own slots; other channels have their own
 workers and streams.
 """
@@ -15,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 
 from app.core import metrics
@@ -56,15 +53,13 @@ class DeliveryWorker:
         self.max_attempts = settings.max_attempts
         self.retry_base = settings.retry_base_seconds
         self._tasks: set[asyncio.Task[None]] = set()
-        # Read and claimed, waiting for a slot: at most `capacity`, so a worker holds at most
-        # twice its concurrency in unacknowledged entries (reclaimed by others if it dies).
-        self._ready: deque[_Work] = deque()
         self._finished = Commit()
         self._tally: Counter[tuple[str, str]] = Counter()
         self._tally_due = 0.0
         self._paused_until = 0.0
-        # Set whenever ready work is taken: the reader waits on it while the buffer is full.
-        self._ready_taken = asyncio.Event()
+        # Set whenever an attempt ends: waiting on it is O(1), where asyncio.wait over every
+        # in-flight task added and removed a callback on each of them for every wake-up.
+        self._slot_freed = asyncio.Event()
         # Label lookups resolved once, not several times per attempt.
         self._inflight = metrics.inflight.labels(self.channel)
         self._seconds = metrics.delivery_seconds.labels(self.channel)
@@ -72,7 +67,6 @@ class DeliveryWorker:
     async def run(self, stop: asyncio.Event) -> None:
         drained = asyncio.Event()
         flusher = asyncio.create_task(self._flush_loop(drained))
-        stopping = asyncio.create_task(self._stop_starting(stop))
         try:
             while not stop.is_set():
                 try:
@@ -82,27 +76,24 @@ class DeliveryWorker:
                     log.exception("%s delivery loop failed; continuing", self.channel)
                     await asyncio.sleep(READ_BLOCK_SECONDS)
         finally:
-            self._hand_back_ready()  # and what a read in progress at the stop brought in
             await self._drain()
             # The flusher is told to end, not cancelled: a cancellation landing inside a Redis
             # call can be absorbed by the client, and the loop would then run on forever.
             drained.set()
-            stopping.cancel()
-            await asyncio.gather(flusher, stopping, return_exceptions=True)
+            await flusher
             await self._flush(final=True)
 
     async def _read_once(self) -> None:
         if await self._wait_for_pause():
             return  # still paused: the loop looks at `stop`, then waits again
-        room = self.capacity - len(self._ready)
-        if room <= 0:
-            self._ready_taken.clear()
-            await self._ready_taken.wait()
+        if len(self._tasks) >= self.capacity:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
             return
-        entries = await self.queue.read(self.stream, self.consumer, min(room, FLUSH_SIZE), READ_BLOCK_SECONDS)
+        free = self.capacity - len(self._tasks)
+        entries = await self.queue.read(self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS)
         if entries:
             await self._dispatch(entries)
-            self._start_ready()
 
     async def _wait_for_pause(self) -> bool:
         """Sleep up to a second while the channel is paused; True if it was."""
@@ -135,21 +126,16 @@ class DeliveryWorker:
             self._finished.ack.append(entry.id)
             self._finished.add_to(delivery_stream(label), job.encode())
             return
-        self._ready.append(_Work(entry, job, recipient))
+        self._start(_Work(entry, job, recipient))
 
-    def _start_ready(self) -> None:
-        """Start ready work while there are free slots."""
-        if not self._ready or len(self._tasks) >= self.capacity:
-            return
-        while self._ready and len(self._tasks) < self.capacity:
-            task = asyncio.create_task(self._attempt(self._ready.popleft()))
-            self._tasks.add(task)
-            task.add_done_callback(self._task_done)
-        self._ready_taken.set()
+    def _start(self, work: _Work) -> None:
+        task = asyncio.create_task(self._attempt(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._start_ready()
+        self._slot_freed.set()
 
     async def _attempt(self, work: _Work) -> None:
         if self._paused_until > time.time():
@@ -217,21 +203,6 @@ class DeliveryWorker:
         except Exception:
             # Unacknowledged entries are reclaimed and retried later; nothing is lost.
             log.exception("could not acknowledge %d %s deliveries", len(commit.ack), self.channel)
-
-    async def _stop_starting(self, stop: asyncio.Event) -> None:
-        """From the moment of the stop, ending attempts start nothing more."""
-        await stop.wait()
-        self._hand_back_ready()
-        self._ready_taken.set()  # a reader waiting for room looks at `stop` again
-
-    def _hand_back_ready(self) -> None:
-        """Stopping: work not started goes back to the stream (same job ids, so its claims
-        still hold for whoever takes it) in the final commit, not left pending until reclaimed."""
-        self.capacity = 0  # ending attempts start nothing more
-        while self._ready:
-            work = self._ready.popleft()
-            self._finished.add_to(self.stream, work.job.encode())
-            self._finished.ack.append(work.entry.id)
 
     async def _drain(self) -> None:
         if self._tasks:

@@ -16,8 +16,7 @@ aioapns is pinned to 4.0; every adjustment it needs lives here:
 - the request itself is built here, not by aioapns, to keep its cost per hint
   low (see RequestEncoder): headers go to h2 as we write them (already
   lowercase, no connection headers, so h2's normalising and checking passes
-  are skipped), and the socket is written once per event-loop turn rather
-  than once per request.
+  are skipped).
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from hpack import Encoder, HeaderTuple, NeverIndexedHeaderTuple
 
 from app.delivery.credentials import ApnsCredentials
 
-WRITE_EVERY = 16  # requests
 # What we send is built by us, and what APNs answers is read for :status and apns-id only.
 _H2_CONFIG = H2Configuration(
     client_side=True,
@@ -131,8 +129,6 @@ class _Protocol(APNsTLSClientProtocol):
         super().__init__(*args, **kwargs)
         self.conn = H2Connection(config=_H2_CONFIG)
         self.conn.encoder = RequestEncoder()
-        self._flush_pending = False
-        self._unwritten = 0
         self._host = self.APNS_SERVER.encode()
         self._topic = self.apns_topic.encode()
         self._authorization: tuple[str, bytes] = ("", b"")
@@ -170,27 +166,6 @@ class _Protocol(APNsTLSClientProtocol):
         if header != self._authorization[0]:  # renewed: encode it once, not per request
             self._authorization = (header, header.encode())
         return self._authorization[1]
-
-    def flush(self) -> None:
-        """Write what h2 has queued when this turn of the event loop is over, or sooner once
-        WRITE_EVERY requests are waiting: the requests of one turn share TLS records and system
-        calls, and the server starts on the first of them while the rest are still being made."""
-        self._unwritten += 1
-        if self._unwritten >= WRITE_EVERY:
-            self._write_pending()
-        elif not self._flush_pending:
-            self._flush_pending = True
-            self.loop.call_soon(self._write_pending)
-
-    def _write_pending(self) -> None:
-        self._flush_pending = False
-        self._unwritten = 0
-        if self.transport is None or self.transport.is_closing():
-            return
-        self.refresh_inactivity_timer()
-        data = self.conn.data_to_send()
-        if data:
-            self.transport.write(data)
 
     def _abandon(self, notification_id: str) -> None:
         self.requests.pop(notification_id, None)
