@@ -235,8 +235,16 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
+            self._receive(data)
+        except Exception as error:  # asyncio would close the connection without a word
+            self.fake.failures.append(f"{type(error).__name__}: {error}")
+            raise
+
+    def _receive(self, data: bytes) -> None:
+        try:
             events = self.conn.receive_data(data)
-        except ProtocolError:
+        except ProtocolError as error:
+            self.fake.failures.append(f"{type(error).__name__}: {error}")
             self._flush()
             if self.transport is not None:
                 self.transport.close()
@@ -342,6 +350,7 @@ class FakeApns:
         self.last_ns = 0  # time.monotonic_ns() of the latest request
         self.alpn: list[str | None] = []
         self.resets: list[int] = []  # RST_STREAM error codes received from clients
+        self.failures: list[str] = []  # what went wrong reading a client's data (the connection closes)
         self.transports: set[asyncio.Transport] = set()
         self.scripts: dict[str, tuple[Reply, ...]] = {}
         self.expired_jwts: set[str] = set()
@@ -394,6 +403,7 @@ class FakeApns:
         self.last_ns = 0
         self.unique.clear()
         self.resets.clear()
+        self.failures.clear()
         self.scripts.clear()
         self.expired_jwts.clear()
         self._seen.clear()

@@ -46,9 +46,10 @@ def server(tls: TlsFiles) -> Iterator[FakeApns]:
 
 
 @pytest.fixture
-def fake(server: FakeApns) -> FakeApns:
+def fake(server: FakeApns) -> Iterator[FakeApns]:
     server.reset()
-    return server
+    yield server
+    assert server.failures == []  # every request we sent was well-formed HTTP/2
 
 
 def apns_settings(fake: FakeApns, **overrides: Any) -> Settings:

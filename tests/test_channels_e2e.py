@@ -234,6 +234,7 @@ async def start(
         finally:
             await redis.aclose()
         yield _pipeline(postgresql_url, apns_server, fcm_server)
+    assert apns_server.failures == []  # every request we sent was well-formed HTTP/2
 
 
 def _pipeline(
@@ -429,7 +430,7 @@ async def test_an_apns_outage_leaves_fcm_and_webhooks_flowing(
         await eventually(lambda: fcm_server.count == 3 and len(receiver.hooks) == 3, timeout=5)
         assert time.monotonic() - started < 4.0  # not behind the APNs attempts (5 s timeouts, 4 slots)
         if outage == "silent":
-            assert 0 < apns_server.count <= 4  # the APNs worker is stuck on its 4 slots meanwhile
+            assert 0 < apns_server.count <= 4, apns_server.failures  # the APNs worker is stuck on its 4 slots
 
 
 async def _delayed(queue: Any) -> bool:

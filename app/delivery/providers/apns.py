@@ -1,22 +1,12 @@
 """APNs channel: background hints over HTTP/2 with token auth, through aioapns.
 
-aioapns (pinned to 4.0) needs these adjustments, all kept in this module:
-- it signs a new JWT for every connection; Apple refuses such churn with
-  TooManyProviderTokenUpdates, so one token is shared by the pool's
-  connections and renewed before it is an hour old (or when Apple says it
-  expired: once per expiry, however many answers said so);
-- its host is a class attribute; a protocol subclass carries the configured
-  endpoint (a staging relay or a local simulator) and port;
-- it has no timeout of its own, and retries with sleeps; each send is bounded
-  here and gets a single attempt, retries go through our queue;
-- its connection never gives back HTTP/2 flow-control credit for response
-  bodies, so after 64 KiB of error bodies (about 1,300 410 answers) every
-  further error answer on that connection stalls; it keeps an entry per
-  delivered request for the connection's lifetime; and a request given up by
-  our timeout stays in its tables, so its late answer raises inside
-  data_received and tears the connection down with every request on it. The
-  protocol subclass acknowledges bodies, forgets finished streams and resets
-  abandoned ones.
+aioapns (pinned to 4.0) signs a new JWT for every connection; Apple refuses such
+churn with TooManyProviderTokenUpdates, so one token is shared by the pool's
+connections and renewed before it is an hour old (or when Apple says it
+expired: once per expiry, however many answers said so). aioapns also has no
+timeout of its own, and retries with sleeps; each send is bounded here and gets
+a single attempt, retries go through our queue. The connection and pool
+adjustments are in apns_connection.
 """
 
 from __future__ import annotations
@@ -26,23 +16,15 @@ import base64
 import json
 import ssl
 import time
-from functools import partial
 from typing import Any
-from urllib.parse import urlsplit
 
 import jwt
 from aioapns.common import NotificationRequest, PushType
-from aioapns.connection import (
-    APNsBaseClientProtocol,
-    APNsKeyConnectionPool,
-    APNsTLSClientProtocol,
-    AuthorizationHeaderProvider,
-)
+from aioapns.connection import AuthorizationHeaderProvider
 from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExceeded
-from h2.errors import ErrorCodes
-from h2.exceptions import H2Error
 
 from app.delivery.credentials import ApnsCredentials
+from app.delivery.providers.apns_connection import EndpointPool
 from app.delivery.types import DEAD, DELIVERED, MISMATCH, REJECTED, TRANSIENT, Hint, Outcome, Target
 
 MAX_BODY_BYTES = 4096
@@ -106,66 +88,6 @@ class SharedToken(AuthorizationHeaderProvider):
             self._header = None
 
 
-class _Protocol(APNsTLSClientProtocol):
-    """aioapns's connection, fixed for long-lived, busy connections (see the module docstring)."""
-
-    def on_data_received(self, raw_data: bytes, stream_id: int) -> None:
-        self.conn.acknowledge_received_data(len(raw_data), stream_id)  # Apple sends no padding
-        super().on_data_received(raw_data, stream_id)
-
-    def on_stream_ended(self, stream_id: int) -> None:
-        self.request_streams.pop(stream_id, None)  # a 200 answer has no body to clear it
-        super().on_stream_ended(stream_id)
-
-    async def send_notification(self, request: NotificationRequest) -> Any:
-        try:
-            return await super().send_notification(request)
-        except asyncio.CancelledError:
-            self._abandon(request.notification_id)
-            raise
-
-    def _abandon(self, notification_id: str) -> None:
-        self.requests.pop(notification_id, None)
-        self.request_statuses.pop(notification_id, None)
-        streams = [sid for sid, nid in self.request_streams.items() if nid == notification_id]
-        for stream_id in streams:  # none if it was still waiting for a free stream
-            del self.request_streams[stream_id]
-            try:
-                self.conn.reset_stream(stream_id, ErrorCodes.CANCEL)
-            except H2Error:
-                continue  # already ended: its slot was given back then
-            self.free_channels.release()
-        if streams and self.transport is not None and not self.transport.is_closing():
-            self.flush()
-
-
-class _EndpointPool(APNsKeyConnectionPool):
-    def __init__(self, credentials: ApnsCredentials, token: SharedToken, max_connections: int) -> None:
-        parts = urlsplit(credentials.endpoint)
-        context = ssl.create_default_context(cafile=credentials.ca_file) if credentials.ca_file else None
-        super().__init__(
-            key=credentials.key_pem,
-            key_id=credentials.key_id,
-            team_id=credentials.team_id,
-            topic=credentials.bundle_id,
-            max_connections=max_connections,
-            max_connection_attempts=1,
-            ssl_context=context,
-        )
-        self.protocol_class = type(
-            "EndpointProtocol",
-            (_Protocol,),
-            {"APNS_SERVER": parts.hostname, "APNS_PORT": parts.port or 443},
-        )
-        self._token = token
-
-    async def create_connection(self) -> APNsBaseClientProtocol:
-        protocol: Any = self.protocol_class
-        factory = partial(protocol, self.apns_topic, self.loop, self.discard_connection, self._token)
-        connection: APNsBaseClientProtocol = await self._create_connection(factory)
-        return connection
-
-
 class ApnsProvider:
     channel_label = "apns"
 
@@ -173,7 +95,7 @@ class ApnsProvider:
         self, credentials: ApnsCredentials, timeout_seconds: float, max_connections: int = 4
     ) -> None:
         self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
-        self._pool = _EndpointPool(credentials, self._token, max_connections)
+        self._pool = EndpointPool(credentials, self._token, max_connections)
         self._timeout = timeout_seconds
 
     async def send(self, hint: Hint, target: Target) -> Outcome:

@@ -1,0 +1,213 @@
+"""The HTTP/2 connection to APNs: aioapns's protocol and pool, adjusted for long, busy connections.
+
+aioapns is pinned to 4.0; every adjustment it needs lives here:
+- its host is a class attribute; a protocol subclass carries the configured
+  endpoint (a staging relay or a local simulator) and port;
+- it signs a JWT per connection; the pool hands every connection one shared
+  token provider instead (see SharedToken in the provider module);
+- its connection never gives back HTTP/2 flow-control credit for response
+  bodies, so after 64 KiB of error bodies (about 1,300 410 answers) every
+  further error answer on that connection stalls; it keeps an entry per
+  delivered request for the connection's lifetime; and a request given up by
+  our timeout stays in its tables, so its late answer raises inside
+  data_received and tears the connection down with every request on it. The
+  protocol acknowledges bodies, forgets finished streams and resets abandoned
+  ones;
+- the request itself is built here, not by aioapns, to keep its cost per hint
+  low (see RequestEncoder): headers go to h2 as we write them (already
+  lowercase, no connection headers, so h2's normalising and checking passes
+  are skipped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from collections.abc import Iterable
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+from aioapns.common import NotificationRequest, NotificationResult
+from aioapns.connection import (
+    APNsBaseClientProtocol,
+    APNsKeyConnectionPool,
+    APNsTLSClientProtocol,
+    AuthorizationHeaderProvider,
+)
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.exceptions import H2Error
+from hpack import Encoder, HeaderTuple, NeverIndexedHeaderTuple
+
+from app.delivery.credentials import ApnsCredentials
+
+# What we send is built by us, and what APNs answers is read for :status and apns-id only.
+_H2_CONFIG = H2Configuration(
+    client_side=True,
+    normalize_outbound_headers=False,
+    validate_outbound_headers=False,
+    validate_inbound_headers=False,
+)
+
+
+class RequestEncoder(Encoder):
+    """HPACK for APNs requests, which repeat most of their headers byte for byte.
+
+    Host, topic, priority, push type and the provider token are the same on every request: after
+    the first they are one index each, and those bytes stay valid until the dynamic table changes
+    (an insertion, an eviction, a size update), so they are remembered until then. The values that
+    change per request (device path, apns-id, collapse id) come as never-indexed tuples: they never
+    enter the table, which keeps its indexes stable and keeps guessable values out of the shared
+    compression context, and they go without Huffman coding, which costs more CPU in pure Python
+    than the few bytes it saves on a request of about 200.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._known: dict[tuple[bytes, bytes], bytes] = {}
+
+    def encode(self, headers: Iterable[Any], huffman: bool = True) -> bytes:
+        block: list[bytes] = []
+        if self.header_table.resized:
+            block.append(self._encode_table_size_change())
+            self.header_table.resized = False
+            self._known.clear()
+        for header in headers:
+            if isinstance(header, HeaderTuple) and not header.indexable:
+                block.append(self.add((header[0], header[1]), True, False))
+            else:
+                block.append(self._repeated((header[0], header[1]), huffman))
+        return b"".join(block)
+
+    def _repeated(self, header: tuple[bytes, bytes], huffman: bool) -> bytes:
+        known = self._known.get(header)
+        if known is not None:
+            return known
+        entries = self.header_table.dynamic_entries
+        newest = entries[0] if entries else None
+        encoded = self.add(header, False, huffman)
+        if (entries[0] if entries else None) is newest:
+            self._known[header] = encoded  # an index (or name index + value) into an unchanged table
+        else:
+            self._known.clear()  # the table moved: every remembered index may point elsewhere now
+        return encoded
+
+
+def request_headers(
+    request: NotificationRequest, host: bytes, topic: bytes, authorization: bytes
+) -> list[Any]:
+    """aioapns's header list and order for a request, as bytes; per-request values never indexed."""
+    headers: list[Any] = [
+        (b":method", b"POST"),
+        (b":scheme", b"https"),
+        NeverIndexedHeaderTuple(b":path", b"/3/device/" + request.device_token.encode()),
+        (b"host", host),
+        NeverIndexedHeaderTuple(b"apns-id", request.notification_id.encode()),
+        (b"apns-topic", request.apns_topic.encode() if request.apns_topic else topic),
+    ]
+    if request.time_to_live is not None:
+        expiration = str(int(time.time()) + request.time_to_live).encode()
+        headers.append(NeverIndexedHeaderTuple(b"apns-expiration", expiration))
+    if request.priority is not None:
+        headers.append((b"apns-priority", str(request.priority).encode()))
+    if request.collapse_key is not None:
+        headers.append(NeverIndexedHeaderTuple(b"apns-collapse-id", request.collapse_key.encode()))
+    if request.push_type is not None:
+        headers.append((b"apns-push-type", request.push_type.value.encode()))
+    headers.append((b"authorization", authorization))
+    return headers
+
+
+class _Protocol(APNsTLSClientProtocol):
+    """aioapns's connection, fixed for long-lived, busy connections (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn = H2Connection(config=_H2_CONFIG)
+        self.conn.encoder = RequestEncoder()
+        self._host = self.APNS_SERVER.encode()
+        self._topic = self.apns_topic.encode()
+        self._authorization: tuple[str, bytes] = ("", b"")
+
+    def on_data_received(self, raw_data: bytes, stream_id: int) -> None:
+        self.conn.acknowledge_received_data(len(raw_data), stream_id)  # Apple sends no padding
+        super().on_data_received(raw_data, stream_id)
+
+    def on_stream_ended(self, stream_id: int) -> None:
+        self.request_streams.pop(stream_id, None)  # a 200 answer has no body to clear it
+        super().on_stream_ended(stream_id)
+
+    async def send_notification(self, request: NotificationRequest) -> NotificationResult:
+        try:
+            return await self._send(request)
+        except asyncio.CancelledError:
+            self._abandon(request.notification_id)
+            raise
+
+    async def _send(self, request: NotificationRequest) -> NotificationResult:
+        stream_id = await self.free_channels.acquire()
+        headers = request_headers(request, self._host, self._topic, self._authorization_bytes())
+        self.conn.send_headers(stream_id=stream_id, headers=headers)
+        body = json.dumps(request.message, ensure_ascii=False).encode()  # as aioapns writes it
+        self.conn.send_data(stream_id=stream_id, data=body, end_stream=True)
+        self.flush()
+        response: asyncio.Future[NotificationResult] = self.loop.create_future()
+        self.requests[request.notification_id] = response
+        self.request_streams[stream_id] = request.notification_id
+        return await response
+
+    def _authorization_bytes(self) -> bytes:
+        assert self.auth_provider is not None
+        header = self.auth_provider.get_header()
+        if header != self._authorization[0]:  # renewed: encode it once, not per request
+            self._authorization = (header, header.encode())
+        return self._authorization[1]
+
+    def _abandon(self, notification_id: str) -> None:
+        self.requests.pop(notification_id, None)
+        self.request_statuses.pop(notification_id, None)
+        streams = [sid for sid, nid in self.request_streams.items() if nid == notification_id]
+        for stream_id in streams:  # none if it was still waiting for a free stream
+            del self.request_streams[stream_id]
+            try:
+                self.conn.reset_stream(stream_id, ErrorCodes.CANCEL)
+            except H2Error:
+                continue  # already ended: its slot was given back then
+            self.free_channels.release()
+        if streams and self.transport is not None and not self.transport.is_closing():
+            self.flush()
+
+
+class EndpointPool(APNsKeyConnectionPool):
+    """aioapns's pool of connections to the configured endpoint, sharing one token provider."""
+
+    def __init__(
+        self, credentials: ApnsCredentials, token: AuthorizationHeaderProvider, max_connections: int
+    ) -> None:
+        parts = urlsplit(credentials.endpoint)
+        context = ssl.create_default_context(cafile=credentials.ca_file) if credentials.ca_file else None
+        super().__init__(
+            key=credentials.key_pem,
+            key_id=credentials.key_id,
+            team_id=credentials.team_id,
+            topic=credentials.bundle_id,
+            max_connections=max_connections,
+            max_connection_attempts=1,
+            ssl_context=context,
+        )
+        self.protocol_class = type(
+            "EndpointProtocol",
+            (_Protocol,),
+            {"APNS_SERVER": parts.hostname, "APNS_PORT": parts.port or 443},
+        )
+        self._token = token
+
+    async def create_connection(self) -> APNsBaseClientProtocol:
+        protocol: Any = self.protocol_class
+        factory = partial(protocol, self.apns_topic, self.loop, self.discard_connection, self._token)
+        connection: APNsBaseClientProtocol = await self._create_connection(factory)
+        return connection
