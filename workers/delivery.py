@@ -31,6 +31,7 @@ READ_BLOCK_SECONDS = 1.0
 FLUSH_SECONDS = 0.005
 FLUSH_SIZE = 256
 ACTIVITY_SECONDS = 1.0
+REFILL_FRACTION = 8
 
 
 @dataclass(slots=True)
@@ -50,6 +51,9 @@ class DeliveryWorker:
         self.stream = delivery_stream(self.channel)
         settings = runtime.settings
         self.capacity = settings.delivery_concurrency
+        # Read once this many slots are free, not on every freed slot: at full load each read
+        # (a queue round trip, a recipient query, a claim round trip) then serves a batch.
+        self.refill = max(1, self.capacity // REFILL_FRACTION)
         self.max_attempts = settings.max_attempts
         self.retry_base = settings.retry_base_seconds
         self._tasks: set[asyncio.Task[None]] = set()
@@ -86,7 +90,7 @@ class DeliveryWorker:
     async def _read_once(self) -> None:
         if await self._wait_for_pause():
             return  # still paused: the loop looks at `stop`, then waits again
-        if len(self._tasks) >= self.capacity:
+        if self.capacity - len(self._tasks) < self.refill:
             self._slot_freed.clear()
             await self._slot_freed.wait()
             return
@@ -135,7 +139,8 @@ class DeliveryWorker:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._slot_freed.set()
+        if self.capacity - len(self._tasks) >= self.refill:
+            self._slot_freed.set()
 
     async def _attempt(self, work: _Work) -> None:
         if self._paused_until > time.time():
