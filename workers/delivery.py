@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from app.core import metrics
@@ -56,7 +56,11 @@ class DeliveryWorker:
         self.refill = max(1, self.capacity // REFILL_FRACTION)
         self.max_attempts = settings.max_attempts
         self.retry_base = settings.retry_base_seconds
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Attempts run on `capacity` long-lived slot coroutines fed from `_ready`, not one task each:
+        # creating, scheduling and finishing a task per attempt was a measurable share of its cost.
+        self._ready: deque[_Work] = deque()
+        self._idle: deque[asyncio.Future[_Work | None]] = deque()
+        self._busy = 0  # attempts accepted and not yet ended: waiting in _ready, handed over or running
         self._finished = Commit()
         self._tally: Counter[tuple[str, str]] = Counter()
         self._tally_due = 0.0
@@ -64,13 +68,18 @@ class DeliveryWorker:
         # Set whenever an attempt ends: waiting on it is O(1), where asyncio.wait over every
         # in-flight task added and removed a callback on each of them for every wake-up.
         self._slot_freed = asyncio.Event()
+        self._drained = asyncio.Event()
         # Label lookups resolved once, not several times per attempt.
         self._inflight = metrics.inflight.labels(self.channel)
         self._seconds = metrics.delivery_seconds.labels(self.channel)
+        self._outcomes = {
+            kind: metrics.deliveries_total.labels(self.channel, kind.value) for kind in OutcomeKind
+        }
 
     async def run(self, stop: asyncio.Event) -> None:
         drained = asyncio.Event()
         flusher = asyncio.create_task(self._flush_loop(drained))
+        slots = [asyncio.create_task(self._slot()) for _ in range(self.capacity)]
         try:
             while not stop.is_set():
                 try:
@@ -81,6 +90,7 @@ class DeliveryWorker:
                     await asyncio.sleep(READ_BLOCK_SECONDS)
         finally:
             await self._drain()
+            self._close_slots(slots)
             # The flusher is told to end, not cancelled: a cancellation landing inside a Redis
             # call can be absorbed by the client, and the loop would then run on forever.
             drained.set()
@@ -90,11 +100,11 @@ class DeliveryWorker:
     async def _read_once(self) -> None:
         if await self._wait_for_pause():
             return  # still paused: the loop looks at `stop`, then waits again
-        if self.capacity - len(self._tasks) < self.refill:
+        if self.capacity - self._in_flight() < self.refill:
             self._slot_freed.clear()
             await self._slot_freed.wait()
             return
-        free = self.capacity - len(self._tasks)
+        free = self.capacity - self._in_flight()
         entries = await self.queue.read(self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS)
         if entries:
             await self._dispatch(entries)
@@ -133,14 +143,46 @@ class DeliveryWorker:
         self._start(_Work(entry, job, recipient))
 
     def _start(self, work: _Work) -> None:
-        task = asyncio.create_task(self._attempt(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        self._busy += 1  # from now until its slot ends it
+        if self._idle:
+            self._idle.popleft().set_result(work)
+        else:
+            self._ready.append(work)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self.capacity - len(self._tasks) >= self.refill:
+    def _in_flight(self) -> int:
+        return self._busy
+
+    async def _slot(self) -> None:
+        while True:
+            if self._ready:
+                work: _Work | None = self._ready.popleft()
+            else:
+                waiter: asyncio.Future[_Work | None] = asyncio.get_running_loop().create_future()
+                self._idle.append(waiter)
+                work = await waiter
+            if work is None:
+                return
+            try:
+                await self._attempt(work)
+            except Exception:
+                # Its entry stays pending and is reclaimed later; the slot goes on.
+                log.exception("%s delivery attempt failed", self.channel)
+            finally:
+                self._busy -= 1
+                self._slot_ended()
+
+    def _slot_ended(self) -> None:
+        in_flight = self._in_flight()
+        if self.capacity - in_flight >= self.refill:
             self._slot_freed.set()
+        if in_flight == 0:
+            self._drained.set()
+
+    def _close_slots(self, slots: list[asyncio.Task[None]]) -> None:
+        while self._idle:
+            self._idle.popleft().set_result(None)
+        for slot in slots:
+            slot.cancel()  # one still sending after the drain's timeout: it is given up
 
     async def _attempt(self, work: _Work) -> None:
         if self._paused_until > time.time():
@@ -163,7 +205,7 @@ class DeliveryWorker:
             due = time.time() + step.delay_seconds
             self._finished.delay.append(Delayed(self.stream, step.job.encode(), due))
         else:
-            metrics.deliveries_total.labels(self.channel, step.kind.value).inc()
+            self._outcomes[step.kind].inc()
             self._tally[(self.channel, step.kind.value)] += 1
             if step.kind is OutcomeKind.DEAD:
                 await self._delete_dead(work.job.recipient_id, target)
@@ -193,7 +235,7 @@ class DeliveryWorker:
 
     async def _flush(self, final: bool = False) -> None:
         # Read off every few milliseconds rather than moved on every attempt.
-        self._inflight.set(len(self._tasks))
+        self._inflight.set(self._in_flight())
         now = time.monotonic()
         if self._tally and self.runtime.activity is not None and (final or now >= self._tally_due):
             # Per-minute outcome counts for stats and /status: a round trip a second, not per flush.
@@ -210,8 +252,11 @@ class DeliveryWorker:
             log.exception("could not acknowledge %d %s deliveries", len(commit.ack), self.channel)
 
     async def _drain(self) -> None:
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=self.runtime.settings.http_timeout_seconds + 5)
+        if self._in_flight():
+            self._drained.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.runtime.settings.http_timeout_seconds + 5):
+                    await self._drained.wait()
 
 
 def _decode(entry: Entry) -> DeliveryJob | None:
