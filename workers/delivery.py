@@ -65,8 +65,7 @@ class DeliveryWorker:
         self._tally: Counter[tuple[str, str]] = Counter()
         self._tally_due = 0.0
         self._paused_until = 0.0
-        # Set whenever an attempt ends: waiting on it is O(1), where asyncio.wait over every
-        # in-flight task added and removed a callback on each of them for every wake-up.
+        # Set when an attempt ends leaving at least `refill` slots free; `_drained` when none is busy.
         self._slot_freed = asyncio.Event()
         self._drained = asyncio.Event()
         # Label lookups resolved once, not several times per attempt.
@@ -100,11 +99,11 @@ class DeliveryWorker:
     async def _read_once(self) -> None:
         if await self._wait_for_pause():
             return  # still paused: the loop looks at `stop`, then waits again
-        if self.capacity - self._in_flight() < self.refill:
+        if self.capacity - self._busy < self.refill:
             self._slot_freed.clear()
             await self._slot_freed.wait()
             return
-        free = self.capacity - self._in_flight()
+        free = self.capacity - self._busy
         entries = await self.queue.read(self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS)
         if entries:
             await self._dispatch(entries)
@@ -149,9 +148,6 @@ class DeliveryWorker:
         else:
             self._ready.append(work)
 
-    def _in_flight(self) -> int:
-        return self._busy
-
     async def _slot(self) -> None:
         while True:
             if self._ready:
@@ -172,10 +168,9 @@ class DeliveryWorker:
                 self._slot_ended()
 
     def _slot_ended(self) -> None:
-        in_flight = self._in_flight()
-        if self.capacity - in_flight >= self.refill:
+        if self.capacity - self._busy >= self.refill:
             self._slot_freed.set()
-        if in_flight == 0:
+        if self._busy == 0:
             self._drained.set()
 
     def _close_slots(self, slots: list[asyncio.Task[None]]) -> None:
@@ -235,7 +230,7 @@ class DeliveryWorker:
 
     async def _flush(self, final: bool = False) -> None:
         # Read off every few milliseconds rather than moved on every attempt.
-        self._inflight.set(self._in_flight())
+        self._inflight.set(self._busy)
         now = time.monotonic()
         if self._tally and self.runtime.activity is not None and (final or now >= self._tally_due):
             # Per-minute outcome counts for stats and /status: a round trip a second, not per flush.
@@ -252,7 +247,7 @@ class DeliveryWorker:
             log.exception("could not acknowledge %d %s deliveries", len(commit.ack), self.channel)
 
     async def _drain(self) -> None:
-        if self._in_flight():
+        if self._busy:
             self._drained.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.runtime.settings.http_timeout_seconds + 5):
