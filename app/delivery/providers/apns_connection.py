@@ -1,6 +1,7 @@
 """The HTTP/2 connection to APNs: aioapns's protocol and pool, adjusted for long, busy connections.
 
-aioapns is pinned to 4.0; every adjustment it needs lives here:
+aioapns is pinned to 4.0 (and h2, hpack to their 4.x, for RequestEncoder); every adjustment it
+needs lives here:
 - its host is a class attribute; a protocol subclass carries the configured
   endpoint (a staging relay or a local simulator) and port;
 - it signs a JWT per connection; the pool hands every connection one shared
