@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
@@ -16,6 +15,7 @@ import uvicorn
 
 from app.api.grpc_server import start_grpc_server
 from app.api.main import create_app
+from app.core.collector import settle_after_start_up
 from app.core.config import Settings
 from app.runtime import Runtime, open_runtime
 from workers.listener import run_listener
@@ -109,8 +109,7 @@ async def serve_api(
         # Everything made so far (modules, app, engine, servers) lives as long as
         # the process. Frozen, the collector stops rescanning it: full collections
         # over it paused the event loop for 50-140 ms at a time under load.
-        gc.collect()
-        gc.freeze()
+        settle_after_start_up(settings.gc_young_threshold)
         log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
         await _first_of(stop.wait(), servers.http_task)
         log.info("stopping")
@@ -126,6 +125,7 @@ async def serve_dev(settings: Settings) -> None:
 async def serve_listener(settings: Settings) -> None:
     stop = _stop_on_signals()
     async with open_runtime(settings) as runtime:
+        settle_after_start_up(settings.gc_young_threshold)
         log.info("listener started")
         await run_listener(runtime, stop)
         log.info("listener stopped")
@@ -134,6 +134,7 @@ async def serve_listener(settings: Settings) -> None:
 async def serve_worker(settings: Settings) -> None:
     stop = _stop_on_signals()
     async with open_runtime(settings) as runtime, background(runtime, [], stop):
+        settle_after_start_up(settings.gc_young_threshold)
         log.info("worker started")
         await run_workers(runtime, stop)
         log.info("worker stopped")

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import math
 import os
 import platform
 import secrets
 import signal
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import asyncpg
 
+from app.core.collector import settle_after_start_up
 from app.core.config import Settings
 from app.core.migrations import upgrade
 from app.recipients.models import Recipient, Subscription
@@ -113,6 +115,21 @@ def die_with_parent() -> None:
 
 
 PR_SET_PDEATHSIG = 1
+
+
+@contextmanager
+def service_collector() -> Iterator[str]:
+    """The garbage-collector settings the backend's processes run with, for the span of a bare loop:
+    the ceiling the backend is held against gets the same tuning. Python's defaults come back after.
+    Yields a description for the benchmark's output."""
+    threshold = Settings.model_fields["gc_young_threshold"].default
+    before = gc.get_threshold()
+    settle_after_start_up(threshold)
+    try:
+        yield f"start-up objects frozen, young-generation threshold {threshold:,} (as the backend)"
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 def run_on_fastest_loop(main: Coroutine[Any, Any, int]) -> int:

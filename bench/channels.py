@@ -42,6 +42,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,13 @@ from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from bench._results import Results
 from bench._results import verdict as meets
-from bench._support import DEFAULT_ADMIN_DSN, bench_database, environment_line, run_on_fastest_loop
+from bench._support import (
+    DEFAULT_ADMIN_DSN,
+    bench_database,
+    environment_line,
+    run_on_fastest_loop,
+    service_collector,
+)
 from bench.pipeline import CpuWindow, Ingestor, Proc, running_backend, start_process, stop_process
 from tests import keys
 
@@ -262,6 +269,19 @@ async def run_bare(
     results: Results | None = None,
 ) -> float:
     factory = bare_apns if args.channel == "apns" else bare_fcm
+    with service_collector() as collector:
+        print(f"bare loop collector: {collector}")
+        return await _timed_bare(args, fake, session, plan, results, factory)
+
+
+async def _timed_bare(
+    args: argparse.Namespace,
+    fake: Fake,
+    session: aiohttp.ClientSession,
+    plan: Sequence[tuple[str, bytes, int]],
+    results: Results | None,
+    factory: Callable[[Fake], AbstractAsyncContextManager[Sender]],
+) -> float:
     async with factory(fake) as send:
         warm = [(f"ok.warm{i}", b"\x00" * 17, i) for i in range(min(50, args.concurrency))]
         await drive(send, warm, args.concurrency)  # connections and the OAuth token

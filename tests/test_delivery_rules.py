@@ -353,6 +353,20 @@ def test_signature_equals_the_standardwebhooks_library(key_length: int) -> None:
     assert ours.encode() == theirs.encode()
 
 
+def test_signature_equals_the_standardwebhooks_library_on_random_inputs() -> None:
+    rng = random.Random(20261202)
+    for _ in range(2000):
+        key = rng.randbytes(rng.randint(16, 64))
+        hint = Hint(rng.randbytes(rng.randint(1, 80)), rng.randrange(2**64), rng.randbytes(32))
+        body = webhook_body(hint)
+        message_id = rng.choice([webhook_id(hint), f"msg_{rng.randrange(10**9)}"])
+        timestamp = rng.randrange(0, 2**33)
+        ours = signed_headers(key, message_id, timestamp, body)
+        theirs = Webhook(key).sign(message_id, datetime.fromtimestamp(timestamp, tz=UTC), body.decode())
+        assert ours["webhook-signature"] == theirs
+        assert ours["webhook-timestamp"] == str(timestamp)
+
+
 @pytest.mark.parametrize("key_length", [16, 32, 64])
 def test_receivers_verify_our_headers(key_length: int) -> None:
     key = bytes(range(100, 100 + key_length))

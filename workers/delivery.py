@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from app.core import metrics
 from app.delivery.jobs import DeliveryJob, Retry, next_step
 from app.delivery.provider import Provider
+from app.delivery.registry import log_outcome
 from app.delivery.types import Outcome, OutcomeKind, Target
 from app.queue.base import Commit, Delayed, Entry, WorkQueue, delivery_stream
 from app.recipients import repository as repo
@@ -149,11 +150,12 @@ class DeliveryWorker:
             self._ready.append(work)
 
     async def _slot(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             if self._ready:
                 work: _Work | None = self._ready.popleft()
             else:
-                waiter: asyncio.Future[_Work | None] = asyncio.get_running_loop().create_future()
+                waiter: asyncio.Future[_Work | None] = loop.create_future()
                 self._idle.append(waiter)
                 work = await waiter
             if work is None:
@@ -189,22 +191,26 @@ class DeliveryWorker:
         target = Target(*work.recipient)
         started = time.perf_counter()
         outcome = await self.provider.send(work.job.hint, target)
-        self._seconds.observe(time.perf_counter() - started)
-        await self._record(work, target, outcome)
+        seconds = time.perf_counter() - started
+        self._seconds.observe(seconds)
+        log_outcome(self.channel, outcome, seconds)
+        if self._record(work, outcome):
+            await self._delete_dead(work.job.recipient_id, target)
+        # Acknowledged only now: a crash before this point repeats the attempt (and the deletion).
+        self._finished.ack.append(work.entry.id)
 
-    async def _record(self, work: _Work, target: Target, outcome: Outcome) -> None:
+    def _record(self, work: _Work, outcome: Outcome) -> bool:
+        """Queue what follows the attempt; True when the recipient is dead and should be deleted."""
         if outcome.pause_channel and outcome.delay_seconds:
             self._paused_until = max(self._paused_until, time.time() + outcome.delay_seconds)
         step = next_step(work.job, outcome, self.max_attempts, self.retry_base)
         if isinstance(step, Retry):
             due = time.time() + step.delay_seconds
             self._finished.delay.append(Delayed(self.stream, step.job.encode(), due))
-        else:
-            self._outcomes[step.kind].inc()
-            self._tally[(self.channel, step.kind.value)] += 1
-            if step.kind is OutcomeKind.DEAD:
-                await self._delete_dead(work.job.recipient_id, target)
-        self._finished.ack.append(work.entry.id)
+            return False
+        self._outcomes[step.kind].inc()
+        self._tally[(self.channel, step.kind.value)] += 1
+        return step.kind is OutcomeKind.DEAD
 
     async def _delete_dead(self, recipient_id: bytes, target: Target) -> None:
         try:

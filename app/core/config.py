@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # uvloop runs the long-running processes' event loops (where installed); "asyncio" is the standard one.
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    # Allocations between collections of the young generation in the long-running processes
+    # (Python's default is 700, which made the collector a large share of a busy worker's CPU).
+    gc_young_threshold: int = Field(20_000, ge=100, le=1_000_000)
 
     recipient_ttl_seconds: int = Field(2_592_000, ge=86_400)
     max_attempts: int = Field(3, ge=1, le=10)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 from app.core.config import Settings
 from app.delivery.credentials import apns_credentials, fcm_credentials
@@ -11,7 +10,7 @@ from app.delivery.provider import Provider
 from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookProvider
-from app.delivery.types import Hint, Outcome, OutcomeKind, Target
+from app.delivery.types import Outcome, OutcomeKind
 from app.delivery.url_policy import UrlPolicy
 
 log = logging.getLogger("app.delivery")
@@ -25,39 +24,23 @@ OUTCOME_LEVELS = {
 }
 
 
-class LoggedProvider:
-    """Logs each attempt by channel, outcome and duration: never the hint, the target or the reply."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-        self.channel_label = inner.channel_label
-
-    async def send(self, hint: Hint, target: Target) -> Outcome:
-        started = time.perf_counter()
-        try:
-            outcome = await self.inner.send(hint, target)
-        except Exception:
-            log.exception("%s attempt raised", self.channel_label)
-            raise
-        level = OUTCOME_LEVELS[outcome.kind]
-        if log.isEnabledFor(level):
-            extra = {"channel": self.channel_label, "outcome": outcome.kind.value}
-            retry = f", retry after {outcome.delay_seconds:.0f} s" if outcome.delay_seconds else ""
-            pause = " (channel paused)" if outcome.pause_channel else ""
-            log.log(
-                level,
-                "%s attempt %s in %.0f ms%s%s",
-                self.channel_label,
-                outcome.kind.value,
-                (time.perf_counter() - started) * 1000,
-                retry,
-                pause,
-                extra=extra,
-            )
-        return outcome
-
-    async def close(self) -> None:
-        await self.inner.close()
+def log_outcome(channel_label: str, outcome: Outcome, seconds: float) -> None:
+    """Log one attempt by channel, outcome and duration: never the hint, the target or the reply."""
+    level = OUTCOME_LEVELS[outcome.kind]
+    if not log.isEnabledFor(level):
+        return
+    retry = f", retry after {outcome.delay_seconds:.0f} s" if outcome.delay_seconds else ""
+    pause = " (channel paused)" if outcome.pause_channel else ""
+    log.log(
+        level,
+        "%s attempt %s in %.0f ms%s%s",
+        channel_label,
+        outcome.kind.value,
+        seconds * 1000,
+        retry,
+        pause,
+        extra={"channel": channel_label, "outcome": outcome.kind.value},
+    )
 
 
 def build_providers(settings: Settings) -> list[Provider]:
@@ -72,4 +55,4 @@ def build_providers(settings: Settings) -> list[Provider]:
         providers.append(FcmProvider(fcm, timeout))
     if settings.http_enabled:
         providers.append(WebhookProvider(UrlPolicy.from_settings(settings), timeout))
-    return [LoggedProvider(provider) for provider in providers]
+    return providers

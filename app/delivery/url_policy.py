@@ -169,7 +169,8 @@ async def resolve_host(host: str, port: int) -> tuple[str, ...]:
 async def check_webhook_url(url: str, policy: UrlPolicy) -> CheckedWebhook:
     """The full policy: syntax, domain list, resolution and blocked ranges."""
     target = _parse_cached(url, policy)
-    addresses = await resolve_host(target.host, target.port)
+    literal = _ip_literal(target.host)  # looked at here too, sparing a coroutine for the common case
+    addresses = (literal,) if literal is not None else await resolve_host(target.host, target.port)
     if not addresses:
         raise UrlNotResolved
     if not policy.allow_private_addresses and any(_address_blocked(a) for a in addresses):

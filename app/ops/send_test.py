@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.delivery.registry import build_providers
+from app.delivery.registry import build_providers, log_outcome
 from app.delivery.types import Hint, Outcome, Target
 from app.recipients import repository
 from app.recipients.types import Channel
@@ -51,7 +51,9 @@ async def send_test(
         started = time.perf_counter()
         target = Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)
         outcome = await provider.send(Hint(topic, TEST_SEQUENCE_ID, recipient_id), target)
-        return TestResult(label, outcome, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        log_outcome(label, outcome, seconds)
+        return TestResult(label, outcome, seconds)
     finally:
         for each in providers:
             await each.close()

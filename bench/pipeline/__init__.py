@@ -8,8 +8,10 @@ Scenarios (`--scenario`):
   `POST /v1/envelopes` in batches, round-robin over the topics, either as fast as possible
   (`--rate 0`, closed loop with `--ingest-concurrency` requests in flight) or open loop at `--rate`
   hints/s. In the same run, before the backend starts, a "bare loop" (aiohttp, one shared
-  ClientSession/TCPConnector, `--bare-concurrency` posts in flight, standardwebhooks signing) posts
-  the very same bodies to the same receiver: the ceiling for this machine. Prints ours/bare.
+  ClientSession/TCPConnector, `--bare-concurrency` posts in flight, Standard Webhooks signing by one
+  `hmac.digest` call, checked against the standardwebhooks library, and the backend's garbage-collector
+  settings) posts the very same bodies to the same receiver: the ceiling for this machine. Prints
+  ours/bare.
 - `fanout`: one envelope to a topic with `--subscribers` (default 100,000) HTTP subscribers,
   bulk-inserted with COPY. Measures the time from the ingest request until every delivery job is
   on `xmtp-push:deliveries.http` (redis mode: the stream's `entries-added` counter from XINFO

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from bench._support import service_collector
 from bench.pipeline.accounting import CpuWindow
 from bench.pipeline.analysis import Receipts, analyse, describe_latency, describe_receipts, ms, steady_rate
 from bench.pipeline.bare import bare_loop
@@ -73,11 +74,13 @@ async def measure_bare(
     print()
     print(
         f"== bare loop: aiohttp on {type(asyncio.get_running_loop()).__module__.split('.')[0]}, shared session, "
-        f"{args.bare_concurrency} in flight, standardwebhooks sign =="
+        f"{args.bare_concurrency} in flight, Standard Webhooks signing by hmac.digest (checked against the library) =="
     )
-    cpu = CpuWindow({"receiver": receiver_proc.pid})
-    elapsed, ok, errors = await bare_loop(port, plan, args.bare_concurrency)
-    cpu.stop()
+    with service_collector() as collector:
+        print(f"bare loop collector: {collector}")
+        cpu = CpuWindow({"receiver": receiver_proc.pid})
+        elapsed, ok, errors = await bare_loop(port, plan, args.bare_concurrency)
+        cpu.stop()
     bare = Bare(ok / elapsed, cpu.seconds["bench"] / max(1, ok) * 1e6)
     received = await receiver.count()
     print(

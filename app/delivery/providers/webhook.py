@@ -10,15 +10,13 @@ from __future__ import annotations
 import base64
 import contextvars
 import hashlib
+import hmac
 import socket
 import ssl
 import time
-from datetime import UTC, datetime
-from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from standardwebhooks.webhooks import Webhook
 
 from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
 from app.delivery.url_policy import UrlNotAllowed, UrlNotResolved, UrlPolicy, check_webhook_url
@@ -57,12 +55,16 @@ def webhook_id(hint: Hint) -> str:
 
 
 def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    moment = datetime.fromtimestamp(timestamp, tz=UTC)
+    """Standard Webhooks headers. The signature is computed here rather than by
+    `standardwebhooks.Webhook(key).sign`, which builds a Webhook, a datetime and an HMAC object
+    on every call; the bytes are the library's (the tests compare them on random inputs)."""
+    stamp = str(timestamp)
+    mac = hmac.digest(key, b"%b.%b.%b" % (message_id.encode(), stamp.encode(), body), "sha256")
     return {
         "content-type": "application/json",
         "webhook-id": message_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": Webhook(key).sign(message_id, moment, body.decode()),
+        "webhook-timestamp": stamp,
+        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
     }
 
 
@@ -118,11 +120,11 @@ class WebhookProvider:
         _pinned.set((checked.target.host, checked.addresses))
         body = webhook_body(hint)
         headers = signed_headers(target.signing_key, webhook_id(hint), int(time.time()), body)
-        return await self._post(target.address, body, headers)
-
-    async def _post(self, url: str, body: bytes, headers: dict[str, Any]) -> Outcome:
+        # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
         try:
-            async with self._session.post(url, data=body, headers=headers, allow_redirects=False) as response:
+            async with self._session.post(
+                target.address, data=body, headers=headers, allow_redirects=False
+            ) as response:
                 await response.read()
                 return outcome_for_status(response.status)
         except TRANSIENT_ERRORS:
