@@ -209,6 +209,45 @@ def test_delivery_job_round_trip(original: DeliveryJob) -> None:
     assert type(decoded.sequence_id) is int and type(decoded.all_gone) is bool
 
 
+def _decoded_by_json(payload: bytes) -> DeliveryJob:
+    job_id, recipient, topic, sequence, ingested, attempt, all_gone = json.loads(payload)
+    return DeliveryJob(
+        job_id, bytes.fromhex(recipient), bytes.fromhex(topic), int(sequence), ingested, attempt, all_gone
+    )
+
+
+def test_delivery_job_decoding_agrees_with_json_on_random_jobs() -> None:
+    rng = random.Random(7)
+    ids = ["", "a", "Z9_-", "with space", 'quote"d', "comma,id", "é", "\\n"]
+    for n in range(3000):
+        original = DeliveryJob(
+            rng.choice(ids) if n % 3 == 0 else rng.randbytes(8).hex(),
+            rng.randbytes(rng.choice([0, 1, 32])),
+            rng.randbytes(rng.randint(0, 300)),
+            rng.randrange(2**64),
+            rng.randrange(-(2**63), 2**63),
+            rng.randint(1, 10),
+            rng.random() < 0.5,
+        )
+        payload = original.encode()
+        assert DeliveryJob.decode(payload) == _decoded_by_json(payload) == original
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'["a","0","00","1",2,1,true]',  # odd-length hex
+        b'["a","00","00","1",2,1]',  # a field short
+        b'["a","00","00","x",2,1,true]',  # sequence not a number
+        b"not json",
+        b"",
+    ],
+)
+def test_undecodable_delivery_jobs_raise_value_errors(payload: bytes) -> None:
+    with pytest.raises(ValueError):
+        DeliveryJob.decode(payload)
+
+
 def test_delivery_job_sequence_id_travels_as_text() -> None:
     fields = json.loads(job().encode())
     assert str(SEQUENCE) in fields

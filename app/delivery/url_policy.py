@@ -168,11 +168,29 @@ async def resolve_host(host: str, port: int) -> tuple[str, ...]:
 
 async def check_webhook_url(url: str, policy: UrlPolicy) -> CheckedWebhook:
     """The full policy: syntax, domain list, resolution and blocked ranges."""
+    checked = _checked_literal(url, policy)
+    if checked is not None:
+        return checked
     target = _parse_cached(url, policy)
-    literal = _ip_literal(target.host)  # looked at here too, sparing a coroutine for the common case
-    addresses = (literal,) if literal is not None else await resolve_host(target.host, target.port)
+    addresses = await resolve_host(target.host, target.port)
     if not addresses:
         raise UrlNotResolved
+    _refuse_blocked(addresses, policy)
+    return CheckedWebhook(target=target, addresses=addresses)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _checked_literal(url: str, policy: UrlPolicy) -> CheckedWebhook | None:
+    """The whole check of a URL whose host is an IP literal, which needs no lookup and so is the
+    same every time; None for a host name. A refused URL raises and is not cached."""
+    target = _parse_cached(url, policy)
+    literal = _ip_literal(target.host)
+    if literal is None:
+        return None
+    _refuse_blocked((literal,), policy)
+    return CheckedWebhook(target=target, addresses=(literal,))
+
+
+def _refuse_blocked(addresses: tuple[str, ...], policy: UrlPolicy) -> None:
     if not policy.allow_private_addresses and any(_address_blocked(a) for a in addresses):
         raise UrlNotAllowed
-    return CheckedWebhook(target=target, addresses=addresses)

@@ -116,9 +116,17 @@ return 1
 
 def connect(url: str) -> Redis:
     # RESP2 replies (lists of [id, fields]); the parsing below relies on that shape.
-    return Redis.from_url(
+    client = Redis.from_url(
         url, protocol=2, socket_timeout=30, socket_connect_timeout=10, health_check_interval=30
     )
+    # Stream reads are taken as Redis sends them and parsed once by `_read_entries`, rather than
+    # first into a tuple and a dict per entry by the client's own reply callback.
+    client.set_response_callback("XREADGROUP", _as_sent)
+    return client
+
+
+def _as_sent(response: Any, **options: Any) -> Any:
+    return response
 
 
 class RedisQueue:
@@ -169,7 +177,7 @@ class RedisQueue:
                 reply: Any = await self._redis.xreadgroup(
                     GROUP_NAME, consumer, {key: ">"}, count=count - len(entries), block=block
                 )
-                entries.extend(_entries(reply[0][1]) if reply else [])
+                entries.extend(_read_entries(reply[0][1]) if reply else [])
         except ResponseError as error:
             # The stream and its group vanished under us (a Redis restarted without its data, a deleted
             # key): forget the group so the next read creates it again instead of failing forever.
@@ -236,6 +244,21 @@ class RedisQueue:
 def _packed(payloads: Sequence[bytes]) -> list[bytes]:
     """The two script arguments that carry a stream's payloads."""
     return [b",".join(b"%d" % len(p) for p in payloads), b"".join(payloads)]
+
+
+def _read_entries(raw: Any) -> list[Entry]:
+    """XREADGROUP's entries as sent: [id, [field, value, ...]], the fields empty once deleted."""
+    entries = []
+    for entry_id, fields in raw:
+        if fields:
+            entries.append(Entry(_text(entry_id), _payload_of(fields)))
+    return entries
+
+
+def _payload_of(fields: list[bytes]) -> bytes:
+    if fields[0] == FIELD:  # the only field every entry is written with
+        return fields[1]
+    return dict(zip(fields[::2], fields[1::2], strict=True))[FIELD]
 
 
 def _entries(raw: Any) -> list[Entry]:
