@@ -18,6 +18,7 @@ import time
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from app.delivery.deadlines import Deadlines
 from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
 from app.delivery.url_policy import UrlNotAllowed, UrlNotResolved, UrlPolicy, check_webhook_url
 
@@ -93,7 +94,8 @@ class WebhookProvider:
 
     def __init__(self, policy: UrlPolicy, timeout_seconds: float, max_connections: int = 512) -> None:
         self._policy = policy
-        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
+        self._deadlines = Deadlines(timeout_seconds)
         connector = aiohttp.TCPConnector(
             resolver=PinnedResolver(),
             use_dns_cache=False,
@@ -103,7 +105,7 @@ class WebhookProvider:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
-            timeout=self._timeout,
+            timeout=aiohttp.ClientTimeout(),  # none of aiohttp's own: see `_deadlines`
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         )
@@ -122,11 +124,12 @@ class WebhookProvider:
         headers = signed_headers(target.signing_key, webhook_id(hint), int(time.time()), body)
         # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
         try:
-            async with self._session.post(
-                target.address, data=body, headers=headers, allow_redirects=False
-            ) as response:
-                await response.read()
-                return outcome_for_status(response.status)
+            with self._deadlines.bound():
+                async with self._session.post(
+                    target.address, data=body, headers=headers, allow_redirects=False
+                ) as response:
+                    await response.read()
+                    return outcome_for_status(response.status)
         except TRANSIENT_ERRORS:
             return TRANSIENT
         except aiohttp.ClientError:
@@ -134,3 +137,4 @@ class WebhookProvider:
 
     async def close(self) -> None:
         await self._session.close()
+        await self._deadlines.close()

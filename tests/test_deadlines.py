@@ -1,0 +1,99 @@
+"""The shared-sweep time bound that webhook posts run under."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.delivery.deadlines import Deadlines
+
+
+async def _bounded_sleep(deadlines: Deadlines, seconds: float) -> str:
+    with deadlines.bound():
+        await asyncio.sleep(seconds)
+    return "finished"
+
+
+async def test_an_attempt_past_its_bound_gets_a_timeout_error_within_one_sweep() -> None:
+    deadlines = Deadlines(0.3)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await _bounded_sleep(deadlines, 5)
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 0.3 + 0.03 + 0.1  # the bound, one sweep period, scheduling slack
+    await deadlines.close()
+
+
+async def test_an_attempt_within_its_bound_is_untouched_and_the_task_can_be_cancelled_later() -> None:
+    deadlines = Deadlines(0.2)
+    assert await _bounded_sleep(deadlines, 0.01) == "finished"
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0.3)  # past where the deadline would have been: nothing fires
+    await deadlines.close()
+
+
+async def test_one_task_runs_bounded_attempts_one_after_another() -> None:
+    # As a delivery slot does: a timed-out attempt leaves nothing behind for the next one.
+    deadlines = Deadlines(0.1)
+    with pytest.raises(TimeoutError):
+        await _bounded_sleep(deadlines, 1)
+    assert await _bounded_sleep(deadlines, 0.05) == "finished"
+    with pytest.raises(TimeoutError):
+        await _bounded_sleep(deadlines, 1)
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await deadlines.close()
+
+
+async def test_many_concurrent_attempts_time_out_only_where_slow() -> None:
+    deadlines = Deadlines(0.2)
+    results = await asyncio.gather(
+        *(_bounded_sleep(deadlines, 0.01 if n % 2 else 3) for n in range(200)), return_exceptions=True
+    )
+    assert all(r == "finished" for r in results[1::2])
+    assert all(isinstance(r, TimeoutError) for r in results[0::2])
+    await deadlines.close()
+
+
+async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
+    deadlines = Deadlines(10)
+    task = asyncio.create_task(_bounded_sleep(deadlines, 5))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await deadlines.close()
+
+
+async def test_a_cancellation_from_outside_at_the_deadline_is_not_swallowed() -> None:
+    deadlines = Deadlines(10)
+    task = asyncio.create_task(_bounded_sleep(deadlines, 5))
+    await asyncio.sleep(0.01)
+    # The sweep and someone else cancel the task before it runs again: what the sweep does
+    # (mark it expired, cancel it), done here so that both land in the same loop iteration.
+    deadlines._expired.add(task)
+    task.cancel()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await deadlines.close()
+
+
+async def test_a_bound_needs_a_task() -> None:
+    deadlines = Deadlines(1)
+    loop = asyncio.get_running_loop()
+    said: asyncio.Future[str] = loop.create_future()
+
+    def outside_any_task() -> None:
+        try:
+            deadlines.bound()
+        except RuntimeError as error:
+            said.set_result(str(error))
+        else:
+            said.set_result("no error")
+
+    loop.call_soon(outside_any_task)
+    assert await said == "a deadline needs a running task"
