@@ -1,7 +1,9 @@
-"""How a large topic's fan-out is cut into recipient-id ranges, and how a range travels."""
+"""How a large topic's fan-out is cut into recipient-id ranges, how a range travels, and the key that
+lets an envelope be fanned out once."""
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 
@@ -74,3 +76,32 @@ def test_an_entry_queued_without_a_range_end_covers_the_rest() -> None:
     del fields["u"]
     decoded = FanoutJob.decode(json.dumps(fields).encode())
     assert decoded.after == b"\x09" * 32 and decoded.until == b""
+
+
+def _envelope(topic: bytes = b"\x01\x02", sequence_id: int = 3, received_ns: int = 5) -> Envelope:
+    return Envelope(
+        topic=topic, sequence_id=sequence_id, server_ns=4, kind=EnvelopeKind.WELCOME, received_ns=received_ns
+    )
+
+
+def test_the_dedup_key_is_one_per_envelope() -> None:
+    key = FanoutJob(_envelope()).dedup_key
+    # The same envelope taken in again (later, by another route), or a later page of it: the same key.
+    assert FanoutJob(_envelope(received_ns=99)).dedup_key == key
+    assert FanoutJob(_envelope(), b"\x20" * 32, b"\x40").dedup_key == key
+    assert FanoutJob(_envelope(sequence_id=4)).dedup_key != key
+    assert FanoutJob(_envelope(topic=b"\x01\x03")).dedup_key != key
+    # Topic and sequence id are not run together ambiguously.
+    assert (
+        FanoutJob(_envelope(topic=b"\x01|2", sequence_id=3)).dedup_key
+        != FanoutJob(_envelope(topic=b"\x01", sequence_id=23)).dedup_key
+    )
+
+
+def test_the_dedup_key_does_not_reveal_the_topic() -> None:
+    topic = b"\x01" + bytes.fromhex("fedcba9876543210" * 2)
+    key = FanoutJob(_envelope(topic=topic, sequence_id=42)).dedup_key
+    for secret in (topic.hex(), topic[1:].hex(), base64.b64encode(topic).decode()):
+        for start in range(0, len(secret) - 8 + 1, 2):
+            assert secret[start : start + 8] not in key
+    assert len(key) >= 32

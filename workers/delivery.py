@@ -120,21 +120,21 @@ class DeliveryWorker:
         return False
 
     async def _dispatch(self, entries: list[Entry]) -> None:
-        jobs = [(entry, _decode(entry)) for entry in entries]
-        for entry, job in jobs:
+        decoded: list[tuple[Entry, DeliveryJob]] = []
+        for entry in entries:
+            job = _decode(entry)
             if job is None:
                 self._finished.ack.append(entry.id)
-        decoded = [(entry, job) for entry, job in jobs if job is not None]
+            else:
+                decoded.append((entry, job))
         async with self.runtime.reads() as session:
             recipients = await repo.targets_by_id(session, [job.recipient_id for _, job in decoded])
-        claims = await self.queue.claim_once(
-            [(job.dedup_key, job.job_id) for _, job in decoded], self.runtime.settings.dedup_ttl_seconds
-        )
-        for (entry, job), first in zip(decoded, claims, strict=True):
-            self._route(entry, job, recipients.get(job.recipient_id), first)
+        for entry, job in decoded:
+            self._route(entry, job, recipients.get(job.recipient_id))
 
-    def _route(self, entry: Entry, job: DeliveryJob, recipient: RecipientTarget | None, first: bool) -> None:
-        if recipient is None or not first:  # unregistered since, or already sent
+    def _route(self, entry: Entry, job: DeliveryJob, recipient: RecipientTarget | None) -> None:
+        # Each hint's job was made once, by the one fan-out of its envelope (see workers/fanout.py).
+        if recipient is None:  # unregistered since
             self._finished.ack.append(entry.id)
             return
         label = _LABELS[recipient.channel]

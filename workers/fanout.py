@@ -26,6 +26,7 @@ class FanoutWorker:
         self.consumer = consumer
         self.page_size = runtime.settings.fanout_page_size
         self.ranges = runtime.settings.fanout_ranges
+        self.dedup_ttl = runtime.settings.dedup_ttl_seconds
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -45,7 +46,7 @@ class FanoutWorker:
         their follow-up work in one step: small topics cost a query each, not a query, a
         connection checkout and a queue round trip each."""
         commit = Commit(ack=[entry.id for entry in entries])
-        jobs = [job for job in map(_decode, entries) if job is not None]
+        jobs = await self._claimed(entries)
         pages = []
         async with self.runtime.reads() as session:
             for job in jobs:
@@ -55,6 +56,18 @@ class FanoutWorker:
         await self.queue.commit(ENVELOPES, commit)
         for job, page in zip(jobs, pages, strict=True):
             _count(job, page)
+
+    async def _claimed(self, entries: list[Entry]) -> list[FanoutJob]:
+        """The entries' jobs, less the envelopes already fanned out. A first page claims its envelope
+        for its entry (which keeps its id when reclaimed after a crash, and so its claim); the same
+        envelope taken in again, in this batch or later, finds the claim held and is dropped. Later
+        pages belong to the claim's holder."""
+        decoded = [(entry, job) for entry in entries if (job := _decode(entry)) is not None]
+        claims = await self.queue.claim_once(
+            [(job.dedup_key, entry.id) for entry, job in decoded if job.first_page], self.dedup_ttl
+        )
+        held = iter(claims)
+        return [job for _, job in decoded if not job.first_page or next(held)]
 
 
 def _decode(entry: Entry) -> FanoutJob | None:

@@ -27,13 +27,17 @@ class Deadlines:
         self._running: dict[asyncio.Task[object], float] = {}  # task -> monotonic deadline
         self._expired: set[asyncio.Task[object]] = set()  # cancelled by the sweep, not yet told
         self._sweeper: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def bound(self) -> Bound:
-        task = asyncio.current_task()
+        # The loop is looked up once: on Python 3.11 each lookup without it makes a getpid() system
+        # call, which profiles of a busy worker showed as a sizeable share of an attempt.
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._sweeper = self._loop.create_task(self._sweep())
+        task = asyncio.current_task(self._loop)
         if task is None:
             raise RuntimeError("a deadline needs a running task")
-        if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         return Bound(self, task)
 
     def _enter(self, task: asyncio.Task[object]) -> None:
@@ -64,7 +68,7 @@ class Deadlines:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-            self._sweeper = None
+            self._sweeper = self._loop = None
 
 
 class Bound:

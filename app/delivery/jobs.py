@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import binascii
-import hashlib
 import json
 import random
 import re
@@ -40,13 +39,6 @@ class DeliveryJob(NamedTuple):
     @property
     def hint(self) -> Hint:
         return Hint(self.topic, self.sequence_id, self.recipient_id)
-
-    @property
-    def dedup_key(self) -> str:
-        """One key per (recipient, topic, sequence_id): the same hint is sent once.
-        Hashed, so no id or topic is readable in the queue's keys."""
-        material = b"%b|%b|%d" % (self.recipient_id, self.topic, self.sequence_id)
-        return hashlib.sha256(material).hexdigest()[:40]
 
     def encode(self) -> bytes:
         # Fan-out encodes one job per subscriber, so the common case is written out directly:

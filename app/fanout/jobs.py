@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,14 @@ class FanoutJob:
     @property
     def first_page(self) -> bool:
         return not self.after and not self.until
+
+    @property
+    def dedup_key(self) -> str:
+        """One key per envelope, `(topic, sequence_id)`: it is fanned out once, so each subscriber's
+        `(recipient, topic, sequence_id)` is sent once. Hashed, so no topic is readable in the
+        queue's keys."""
+        material = b"%b|%d" % (self.envelope.topic, self.envelope.sequence_id)
+        return hashlib.sha256(material).hexdigest()[:40]
 
     def encode(self) -> bytes:
         return encode_job(self.envelope, self.envelope.received_ns, self.after, self.until)

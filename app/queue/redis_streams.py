@@ -116,13 +116,9 @@ return 1
 
 def connect(url: str) -> Redis:
     # RESP2 replies (lists of [id, fields]); the parsing below relies on that shape.
-    client = Redis.from_url(
+    return Redis.from_url(
         url, protocol=2, socket_timeout=30, socket_connect_timeout=10, health_check_interval=30
     )
-    # Stream reads are taken as Redis sends them and parsed once by `_read_entries`, rather than
-    # first into a tuple and a dict per entry by the client's own reply callback.
-    client.set_response_callback("XREADGROUP", _as_sent)
-    return client
 
 
 def _as_sent(response: Any, **options: Any) -> Any:
@@ -132,6 +128,9 @@ def _as_sent(response: Any, **options: Any) -> Any:
 class RedisQueue:
     def __init__(self, redis: Redis, reclaim_seconds: float) -> None:
         self._redis = redis
+        # Stream reads are taken as Redis sends them and parsed once by `_read_entries`, rather than
+        # first into a tuple and a dict per entry by the client's own reply callback.
+        redis.set_response_callback("XREADGROUP", _as_sent)
         self._reclaim_ms = max(1, int(reclaim_seconds * 1000))
         self._groups: set[str] = set()
         self._last_reclaim: dict[str, float] = {}
