@@ -13,7 +13,8 @@ Control routes (same port):
 - `GET /stats` -> `{"count": N}` (hook requests since the last reset)
 - `POST /reset` -> forget everything
 - `POST /dump` with the body a file path -> writes JSON
-  `{"records": [[recipient_hex, topic_b64, sequence_id, arrival_ns], ...], "samples": [...],
+  `{"records": [[recipient_hex, topic_b64, sequence_id, arrival_ns], ...], "samples": [[headers, body,
+   arrival_unix_seconds], ...],
    "bad": N}` and answers `{"written": N}`
 
 Prints `receiver listening on <port>` on stdout once bound.
@@ -45,7 +46,7 @@ class State:
     def reset(self) -> None:
         self.bodies: list[bytes] = []
         self.times: list[int] = []
-        self.samples: list[tuple[dict[str, str], bytes]] = []
+        self.samples: list[tuple[dict[str, str], bytes, float]] = []  # headers, body, wall-clock arrival
         self.connections_opened = 0
 
 
@@ -105,7 +106,7 @@ class HookProtocol(asyncio.Protocol):
             state.bodies.append(body)
             state.times.append(arrival)
             if self.headers is not None:
-                state.samples.append((self.headers, body))
+                state.samples.append((self.headers, body, time.time()))
             self.transport.write(OK if keep_alive else OK_CLOSE)
         else:
             self._control(b"".join(self.body), keep_alive)
@@ -147,7 +148,7 @@ def dump(state: State, path: str) -> int:
             )
         except (ValueError, KeyError, TypeError):
             bad += 1
-    samples = [[headers, body.decode(errors="replace")] for headers, body in state.samples]
+    samples = [[headers, body.decode(errors="replace"), at] for headers, body, at in state.samples]
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
         json.dump({"records": records, "samples": samples, "bad": bad}, handle, separators=(",", ":"))
