@@ -29,8 +29,8 @@ from app.runtime import Runtime
 log = logging.getLogger(__name__)
 _LABELS = {channel.value: channel.label for channel in Channel}
 READ_BLOCK_SECONDS = 1.0
-# Each flush is one queue round trip whatever it carries; at 5 ms they were ~1 % of a busy worker's
-# CPU. A crash repeats at most this much finished work, the only case where a hint may go twice.
+# Each flush is one queue round trip whatever it carries, so fewer carry more. A crash repeats at
+# most this much finished work, the only case where a hint may go twice.
 FLUSH_SECONDS = 0.02
 FLUSH_SIZE = 256
 ACTIVITY_SECONDS = 1.0

@@ -101,8 +101,8 @@ def first_attempts(
     recipient_ids: list[bytes], topic: bytes, sequence_id: int, ingested_ns: int
 ) -> list[bytes]:
     """Encoded first-attempt jobs, one per recipient, for one hint: what `DeliveryJob.new(...).encode()`
-    gives for each, with the topic encoded once and job ids drawn from one random stem (unique per job,
-    as the deduplication claim needs)."""
+    gives for each, with the topic encoded once and job ids drawn from one random stem (unique per
+    job)."""
     stem, topic_hex = secrets.token_hex(6), topic.hex()
     if type(sequence_id) is not int or type(ingested_ns) is not int:
         raise TypeError("sequence_id and ingested_ns must be int")

@@ -37,6 +37,9 @@ for _, member in ipairs(due) do
 end
 return #due
 """
+# Many values travel as two arguments, their lengths ("12,15,...") and their bytes run together,
+# which `split` cuts apart: packing one argument per value cost the client more than Redis spends
+# on the commands. Binary-safe, as every payload may be any bytes.
 _SPLIT = """
 local function split(lengths, blob)
   local parts, pos = {}, 1
@@ -48,9 +51,8 @@ local function split(lengths, blob)
   return parts
 end
 """
-# Keys and owners travel packed as payloads do (see below), and the reply is one string of
-# "1"/"0" flags: per claim, two arguments to pack and an integer to parse cost the client more
-# than Redis spends on the SET. Claim keys are built here from the prefix in ARGV[1].
+# Keys and owners travel packed, and the reply is one string of "1"/"0" flags. Claim keys are
+# built here from the prefix in ARGV[1].
 _CLAIM = (
     _SPLIT
     + """
@@ -71,19 +73,17 @@ return table.concat(flags)
 """
 )
 
-# A stream's payloads travel as two arguments, their lengths ("12,15,...") and their bytes run
-# together, and the script cuts them apart: packing one argument per payload cost the client
-# more than Redis spends adding them. Binary-safe, as every payload may be any bytes.
-_ADD_ALL = """
+# A stream's payloads travel packed.
+_ADD_ALL = (
+    _SPLIT
+    + """
 local function add_all(key, lengths, blob)
-  local pos = 1
-  for length in string.gmatch(lengths, '%d+') do
-    local next_pos = pos + tonumber(length)
-    redis.call('XADD', key, '*', 'p', string.sub(blob, pos, next_pos - 1))
-    pos = next_pos
+  for _, payload in ipairs(split(lengths, blob)) do
+    redis.call('XADD', key, '*', 'p', payload)
   end
 end
 """
+)
 _ADD = _ADD_ALL + "add_all(KEYS[1], ARGV[1], ARGV[2])\nreturn 1\n"
 # KEYS: the acknowledged stream, the delayed set, then every stream that gets additions.
 # ARGV: group; per addition stream its lengths and payloads; the delay count then (score,
