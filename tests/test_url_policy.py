@@ -6,6 +6,7 @@ of names under the reserved `.invalid` TLD, which never resolve.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from app.delivery import url_policy
 from app.delivery.url_policy import (
     CheckedWebhook,
+    SharedLookups,
     UrlNotAllowed,
     UrlPolicy,
     WebhookTarget,
@@ -337,6 +339,28 @@ async def test_resolve_host_finds_localhost_on_loopback() -> None:
 
 async def test_resolve_host_gives_nothing_for_an_unresolvable_name() -> None:
     assert await resolve_host("no-such-host.invalid", 443) == ()
+
+
+async def test_overlapping_lookups_of_one_name_share_one_resolution_and_later_ones_resolve_again() -> None:
+    lookups = SharedLookups()
+    answers = await asyncio.gather(*(lookups.resolve("localhost", 443) for _ in range(50)))
+    assert answers[0] and all(answer is answers[0] for answer in answers)  # one tuple: one lookup
+    assert lookups._in_flight == {}
+    again = await lookups.resolve("localhost", 443)
+    assert again == answers[0] and again is not answers[0]  # resolved afresh, not remembered
+    other_port = await asyncio.gather(lookups.resolve("localhost", 443), lookups.resolve("localhost", 80))
+    assert other_port[0] is not other_port[1]
+
+
+async def test_a_cancelled_waiter_leaves_the_shared_lookup_to_the_others() -> None:
+    lookups = SharedLookups()
+    first = asyncio.create_task(lookups.resolve("localhost", 443))
+    second = asyncio.create_task(lookups.resolve("localhost", 443))
+    await asyncio.sleep(0)
+    first.cancel()
+    assert await second
+    with pytest.raises(asyncio.CancelledError):
+        await first
 
 
 async def test_resolve_host_does_not_repeat_addresses() -> None:

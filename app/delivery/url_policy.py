@@ -166,13 +166,40 @@ async def resolve_host(host: str, port: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def check_webhook_url(url: str, policy: UrlPolicy) -> CheckedWebhook:
-    """The full policy: syntax, domain list, resolution and blocked ranges."""
+class SharedLookups:
+    """Lookups of one name that overlap share one resolution. Every attempt still gets an answer
+    that arrived after it asked, but the attempts in flight to one host cost one lookup, not one
+    each on the resolver's few threads."""
+
+    def __init__(self) -> None:
+        self._in_flight: dict[tuple[str, int], asyncio.Future[tuple[str, ...]]] = {}
+
+    async def resolve(self, host: str, port: int) -> tuple[str, ...]:
+        key = (host, port)
+        lookup = self._in_flight.get(key)
+        if lookup is None:
+            lookup = asyncio.ensure_future(resolve_host(host, port))
+            self._in_flight[key] = lookup
+            lookup.add_done_callback(lambda done: self._forget(key, done))
+        # Shielded: one waiter given up (a cancelled attempt) does not cancel the others' lookup.
+        return await asyncio.shield(lookup)
+
+    def _forget(self, key: tuple[str, int], done: asyncio.Future[tuple[str, ...]]) -> None:
+        if self._in_flight.get(key) is done:
+            del self._in_flight[key]
+
+
+async def check_webhook_url(
+    url: str, policy: UrlPolicy, lookups: SharedLookups | None = None
+) -> CheckedWebhook:
+    """The full policy: syntax, domain list, resolution and blocked ranges. With `lookups`, a name's
+    resolution is shared with the overlapping checks of the same host."""
     checked = _checked_literal(url, policy)
     if checked is not None:
         return checked
     target = _parse_cached(url, policy)
-    addresses = await resolve_host(target.host, target.port)
+    resolve = lookups.resolve if lookups is not None else resolve_host
+    addresses = await resolve(target.host, target.port)
     if not addresses:
         raise UrlNotResolved
     _refuse_blocked(addresses, policy)

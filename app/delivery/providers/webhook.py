@@ -20,7 +20,13 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from app.delivery.deadlines import Deadlines
 from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
-from app.delivery.url_policy import UrlNotAllowed, UrlNotResolved, UrlPolicy, check_webhook_url
+from app.delivery.url_policy import (
+    SharedLookups,
+    UrlNotAllowed,
+    UrlNotResolved,
+    UrlPolicy,
+    check_webhook_url,
+)
 
 GONE = Outcome(OutcomeKind.DEAD, confirm_by_retry=True)
 # Status -> outcome. Ranges are checked after exact codes.
@@ -94,6 +100,7 @@ class WebhookProvider:
 
     def __init__(self, policy: UrlPolicy, timeout_seconds: float, max_connections: int = 512) -> None:
         self._policy = policy
+        self._lookups = SharedLookups()
         # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
         self._deadlines = Deadlines(timeout_seconds)
         connector = aiohttp.TCPConnector(
@@ -112,7 +119,7 @@ class WebhookProvider:
 
     async def send(self, hint: Hint, target: Target) -> Outcome:
         try:
-            checked = await check_webhook_url(target.address, self._policy)
+            checked = await check_webhook_url(target.address, self._policy, self._lookups)
         except UrlNotResolved:
             return TRANSIENT
         except UrlNotAllowed:
