@@ -6,24 +6,22 @@ import binascii
 import json
 import random
 import re
-import secrets
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from app.delivery.types import Hint, Outcome, OutcomeKind
 
 MAX_BACKOFF_SECONDS = 300.0
-_PLAIN_ID = re.compile(r"[0-9A-Za-z_-]*")
-# Exactly what `_payload` writes: plain id, lowercase hex, decimal numbers, a JSON bool.
-_PLAIN_JOB = re.compile(
-    rb'\["([0-9A-Za-z_-]*)","([0-9a-f]*)","([0-9a-f]*)","([0-9]+)",(-?[0-9]+),([0-9]+),(true|false)\]'
-)
+# Exactly what `_payload` writes: lowercase hex, decimal numbers, a JSON bool.
+_PLAIN_JOB = re.compile(rb'\["([0-9a-f]*)","([0-9a-f]*)","([0-9]+)",(-?[0-9]+),([0-9]+),(true|false)\]')
+# Earlier versions wrote a job id first; entries they queued still decode.
+_FIELDS_WITH_JOB_ID = 7
 
 
 class DeliveryJob(NamedTuple):
-    """One delivery attempt to make. A tuple: a worker decodes one per delivery."""
+    """One delivery attempt to make. A tuple: a worker decodes one per delivery. A hint has one job,
+    made by the one fan-out of its envelope, so the hint is the job's identity."""
 
-    job_id: str
     recipient_id: bytes
     topic: bytes
     sequence_id: int
@@ -31,10 +29,6 @@ class DeliveryJob(NamedTuple):
     attempt: int = 1
     # Every attempt so far answered "gone" (webhook 404/410).
     all_gone: bool = True
-
-    @classmethod
-    def new(cls, recipient_id: bytes, topic: bytes, sequence_id: int, ingested_ns: int) -> DeliveryJob:
-        return cls(secrets.token_hex(8), recipient_id, topic, sequence_id, ingested_ns)
 
     @property
     def hint(self) -> Hint:
@@ -45,44 +39,28 @@ class DeliveryJob(NamedTuple):
         # the same bytes json.dumps(..., separators=(",", ":")) gives (hex strings, plain ints
         # and a bool need no escaping), at a fraction of its cost (with non-default separators
         # json.dumps builds a new encoder on every call). Anything unusual takes json.dumps.
-        job_id, ingested, attempt, all_gone = self.job_id, self.ingested_ns, self.attempt, self.all_gone
-        if (
-            type(ingested) is int
-            and type(attempt) is int
-            and type(all_gone) is bool
-            and type(self.sequence_id) is int
-            and _PLAIN_ID.fullmatch(job_id)
-        ):
-            return _payload(
-                job_id,
-                self.recipient_id.hex(),
-                self.topic.hex(),
-                self.sequence_id,
-                ingested,
-                attempt,
-                all_gone,
-            )
+        sequence, ingested, attempt, gone = self.sequence_id, self.ingested_ns, self.attempt, self.all_gone
+        if type(sequence) is int and type(ingested) is int and type(attempt) is int and type(gone) is bool:
+            return _payload(self.recipient_id.hex(), self.topic.hex(), sequence, ingested, attempt, gone)
         fields = [
-            job_id,
             self.recipient_id.hex(),
             self.topic.hex(),
             str(self.sequence_id),
             ingested,
             attempt,
-            all_gone,
+            gone,
         ]
         return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, payload: bytes) -> DeliveryJob:
         # A worker decodes one per delivery: what `encode` writes in the common case is read by one
-        # pattern match, at half json.loads' cost; anything else (an unusual job id) takes json.loads.
+        # pattern match, at half json.loads' cost; anything else takes json.loads.
         plain = _PLAIN_JOB.fullmatch(payload)
         if plain is not None:
-            job_id, recipient, topic, sequence, ingested, attempt, all_gone = plain.groups()
+            recipient, topic, sequence, ingested, attempt, all_gone = plain.groups()
             return cls._make(
                 (
-                    job_id.decode(),
                     binascii.unhexlify(recipient),
                     binascii.unhexlify(topic),
                     int(sequence),
@@ -91,33 +69,30 @@ class DeliveryJob(NamedTuple):
                     all_gone == b"true",
                 )
             )
-        job_id, recipient, topic, sequence, ingested, attempt, all_gone = json.loads(payload)
-        return cls(
-            job_id, bytes.fromhex(recipient), bytes.fromhex(topic), int(sequence), ingested, attempt, all_gone
-        )
+        fields = json.loads(payload)
+        if isinstance(fields, list) and len(fields) == _FIELDS_WITH_JOB_ID:
+            fields = fields[1:]
+        recipient, topic, sequence, ingested, attempt, all_gone = fields
+        return cls(bytes.fromhex(recipient), bytes.fromhex(topic), int(sequence), ingested, attempt, all_gone)
 
 
 def first_attempts(
     recipient_ids: list[bytes], topic: bytes, sequence_id: int, ingested_ns: int
 ) -> list[bytes]:
-    """Encoded first-attempt jobs, one per recipient, for one hint: what `DeliveryJob.new(...).encode()`
-    gives for each, with the topic encoded once and job ids drawn from one random stem (unique per
-    job)."""
-    stem, topic_hex = secrets.token_hex(6), topic.hex()
+    """Encoded first-attempt jobs, one per recipient, for one hint: what
+    `DeliveryJob(recipient_id, topic, sequence_id, ingested_ns).encode()` gives for each, with
+    everything after the recipient written once."""
     if type(sequence_id) is not int or type(ingested_ns) is not int:
         raise TypeError("sequence_id and ingested_ns must be int")
-    return [
-        _payload(f"{stem}{n:x}", rid.hex(), topic_hex, sequence_id, ingested_ns, 1, True)
-        for n, rid in enumerate(recipient_ids)
-    ]
+    rest = _payload("", topic.hex(), sequence_id, ingested_ns, 1, True)[4:]  # after '["",'
+    return [b'["' + rid.hex().encode() + b'",' + rest for rid in recipient_ids]
 
 
 def _payload(
-    job_id: str, recipient_hex: str, topic_hex: str, sequence_id: int, ingested: int, attempt: int, gone: bool
+    recipient_hex: str, topic_hex: str, sequence_id: int, ingested: int, attempt: int, gone: bool
 ) -> bytes:
     return (
-        f'["{job_id}","{recipient_hex}","{topic_hex}","{sequence_id}",'
-        f"{ingested},{attempt},{'true' if gone else 'false'}]"
+        f'["{recipient_hex}","{topic_hex}","{sequence_id}",{ingested},{attempt},{"true" if gone else "false"}]'
     ).encode()
 
 
