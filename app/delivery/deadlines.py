@@ -31,7 +31,7 @@ class Deadlines:
 
     def bound(self) -> Bound:
         # The loop is looked up once: on Python 3.11 each lookup without it makes a getpid() system
-        # call, which profiles of a busy worker showed as a sizeable share of an attempt.
+        # call, and profiles of a busy worker showed those calls (their real share was not measured).
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._sweeper = self._loop.create_task(self._sweep())
@@ -72,8 +72,8 @@ class Deadlines:
 
 
 class Bound:
-    """One attempt's bound; a class rather than a generator-based context manager, which would cost
-    about as much per attempt as the timer it replaces."""
+    """One attempt's bound; a small class rather than a generator-based context manager, which would
+    build and drive a generator on every attempt."""
 
     __slots__ = ("_deadlines", "_task")
 
