@@ -115,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         configure_logging(settings.log_level)
         if args.command in SERVING or args.command == "send-test":
-            from app.delivery.credentials import check_credentials
+            from app.delivery.registry import default_apps
 
-            check_credentials(settings)
+            default_apps(settings)  # a configured channel's unusable credential stops start-up
     except SettingsError as error:
         print(f"xmtp-push: {error}", file=sys.stderr)
         return 2

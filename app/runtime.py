@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.database import create_engine, create_session_factory
+from app.delivery.registry import ProviderRegistry, default_apps
 from app.queue.activity import ActivityLog, MemoryActivityLog, RedisActivityLog
 from app.queue.base import WorkQueue
 from app.queue.memory import MemoryQueue
@@ -31,6 +32,8 @@ class Runtime:
     queue: WorkQueue | None = None
     # Recent outcomes and listener lag for stats and /status (beside the queue).
     activity: ActivityLog | None = None
+    # Every configured (channel, app): empty in a process that sends nothing.
+    providers: ProviderRegistry = field(default_factory=ProviderRegistry)
 
     async def queue_ready(self) -> bool:
         return self.queue is None or await self.queue.ping()
@@ -54,10 +57,16 @@ def _open_queue(settings: Settings, in_process_queue: bool) -> tuple[WorkQueue |
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings, *, in_process_queue: bool = False) -> AsyncIterator[Runtime]:
+async def open_runtime(
+    settings: Settings, *, in_process_queue: bool = False, sends: bool = True
+) -> AsyncIterator[Runtime]:
+    """The process's long-lived parts; `sends`: with the providers of every configured channel."""
     engine = create_engine(settings)
     queue, activity = _open_queue(settings, in_process_queue)
+    providers = ProviderRegistry()
     try:
+        if sends:
+            providers = ProviderRegistry.build(default_apps(settings), settings.http_timeout_seconds)
         yield Runtime(
             settings=settings,
             engine=engine,
@@ -66,8 +75,10 @@ async def open_runtime(settings: Settings, *, in_process_queue: bool = False) ->
             rules=RecipientRules.from_settings(settings),
             queue=queue,
             activity=activity,
+            providers=providers,
         )
     finally:
+        await providers.close()
         if queue is not None:
             await queue.close()
         await engine.dispose()

@@ -124,7 +124,7 @@ async def serve_dev(settings: Settings) -> None:
 
 async def serve_listener(settings: Settings) -> None:
     stop = _stop_on_signals()
-    async with open_runtime(settings) as runtime:
+    async with open_runtime(settings, sends=False) as runtime:
         settle_after_start_up(settings.gc_young_threshold)
         log.info("listener started")
         await run_listener(runtime, stop)

@@ -21,7 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from app.core.config import Settings, SettingsError
 from app.delivery.credentials import apns_credentials
 from app.delivery.providers.apns import ApnsProvider, SharedToken
-from app.delivery.types import Hint, OutcomeKind, Target
+from app.delivery.types import OutcomeKind
+from app.fanout.hints import Hint, apns_push
+from app.recipients.types import Target
 from tests import keys
 from tests.fake_apns import FakeApns, Reply, TlsFiles, make_tls_files
 from tests.support import make_settings
@@ -86,7 +88,7 @@ def verified_claims(token: str) -> dict[str, Any]:
 
 
 async def test_request_headers_body_and_token(fake: FakeApns, provider: ApnsProvider) -> None:
-    outcome = await provider.send(hint(), device("ok.wire"))
+    outcome = await provider.send(apns_push(hint(), device("ok.wire")))
 
     assert outcome.kind is OutcomeKind.DELIVERED
     [request] = fake.requests
@@ -117,7 +119,7 @@ async def test_collapse_id_over_64_bytes_is_refused_without_a_request(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:
     long_topic = b"\x00" + b"t" * 60  # base64 is 84 characters
-    outcome = await provider.send(hint(topic=long_topic), device("ok.long"))
+    outcome = await provider.send(apns_push(hint(topic=long_topic), device("ok.long")))
     assert outcome.kind is OutcomeKind.REJECTED
     assert fake.requests == []
 
@@ -129,11 +131,13 @@ async def test_one_jwt_for_many_requests_and_several_connections(
     # requests arrived, so the pool has to open more connections while the first is full.
     fake.max_concurrent_streams = 40
     fake.hold_until = 150
-    outcomes = await asyncio.gather(*(provider.send(hint(i), device(f"ok.c{i}")) for i in range(150)))
+    outcomes = await asyncio.gather(
+        *(provider.send(apns_push(hint(i), device(f"ok.c{i}"))) for i in range(150))
+    )
     assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
     fake.hold_until = 0
     for i in range(5):  # and later requests keep presenting it
-        assert (await provider.send(hint(i), device(f"ok.later{i}"))).kind is OutcomeKind.DELIVERED
+        assert (await provider.send(apns_push(hint(i), device(f"ok.later{i}")))).kind is OutcomeKind.DELIVERED
 
     assert len({r.connection for r in fake.requests}) >= 2
     tokens = {r.jwt for r in fake.requests}
@@ -144,7 +148,7 @@ async def test_one_jwt_for_many_requests_and_several_connections(
 async def test_expired_provider_token_is_renewed_once_and_resent(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:
-    outcome = await provider.send(hint(), device("expired-once.a"))
+    outcome = await provider.send(apns_push(hint(), device("expired-once.a")))
 
     assert outcome.kind is OutcomeKind.DELIVERED
     first, second = fake.requests_for("expired-once.a")
@@ -152,7 +156,7 @@ async def test_expired_provider_token_is_renewed_once_and_resent(
     assert verified_claims(second.jwt)["iss"] == TEAM_ID
     assert second.json() == first.json()
     # The renewed token is the one kept for what follows.
-    await provider.send(hint(), device("ok.after"))
+    await provider.send(apns_push(hint(), device("ok.after")))
     assert fake.requests_for("ok.after")[0].jwt == second.jwt
 
 
@@ -161,7 +165,7 @@ async def test_expired_provider_token_twice_is_not_resent_again(
 ) -> None:
     expired = Reply(403, "ExpiredProviderToken")
     fake.script("twice", expired, expired, Reply(200))
-    outcome = await provider.send(hint(), device("twice"))
+    outcome = await provider.send(apns_push(hint(), device("twice")))
     assert outcome.kind is OutcomeKind.REJECTED
     assert len(fake.requests_for("twice")) == 2
 
@@ -169,11 +173,13 @@ async def test_expired_provider_token_twice_is_not_resent_again(
 async def test_a_burst_of_expired_answers_renews_the_token_once(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:
-    await provider.send(hint(), device("ok.first"))
+    await provider.send(apns_push(hint(), device("ok.first")))
     stale = fake.requests[0].jwt
     fake.expire_jwt(stale)  # Apple now refuses that token, whoever presents it
 
-    outcomes = await asyncio.gather(*(provider.send(hint(i), device(f"ok.burst{i}")) for i in range(50)))
+    outcomes = await asyncio.gather(
+        *(provider.send(apns_push(hint(i), device(f"ok.burst{i}"))) for i in range(50))
+    )
 
     assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
     renewed = {r.jwt for r in fake.requests if r.jwt != stale}
@@ -216,7 +222,7 @@ def test_shared_token_is_renewed_before_it_is_an_hour_old() -> None:
 async def test_outcome_table(
     fake: FakeApns, provider: ApnsProvider, token: str, expected: OutcomeKind
 ) -> None:
-    outcome = await provider.send(hint(), device(f"{token}.t"))
+    outcome = await provider.send(apns_push(hint(), device(f"{token}.t")))
     assert outcome.kind is expected
     assert outcome.delay_seconds is None and not outcome.pause_channel
     assert len(fake.requests) == 1  # one attempt: retries go through our queue
@@ -225,7 +231,7 @@ async def test_outcome_table(
 @pytest.mark.parametrize("status", [405, 404, 401, 409])
 async def test_other_4xx_is_rejected(fake: FakeApns, provider: ApnsProvider, status: int) -> None:
     fake.script("other4xx", Reply(status, "SomethingElse"))
-    assert (await provider.send(hint(), device("other4xx"))).kind is OutcomeKind.REJECTED
+    assert (await provider.send(apns_push(hint(), device("other4xx")))).kind is OutcomeKind.REJECTED
 
 
 async def test_many_error_answers_on_one_connection_all_resolve(fake: FakeApns) -> None:
@@ -237,7 +243,9 @@ async def test_many_error_answers_on_one_connection_all_resolve(fake: FakeApns) 
     assert credentials is not None
     apns = ApnsProvider(credentials, timeout_seconds=3.0, max_connections=1)
     try:
-        outcomes = await asyncio.gather(*(apns.send(hint(i), device(f"gone.{i}")) for i in range(120)))
+        outcomes = await asyncio.gather(
+            *(apns.send(apns_push(hint(i), device(f"gone.{i}"))) for i in range(120))
+        )
     finally:
         await apns.close()
     assert [o.kind for o in outcomes] == [OutcomeKind.DEAD] * 120
@@ -246,8 +254,8 @@ async def test_many_error_answers_on_one_connection_all_resolve(fake: FakeApns) 
 
 async def test_delivered_requests_leave_no_bookkeeping_behind(fake: FakeApns, provider: ApnsProvider) -> None:
     for i in range(20):
-        await provider.send(hint(i), device(f"ok.b{i}"))
-    await provider.send(hint(), device("gone.b"))
+        await provider.send(apns_push(hint(i), device(f"ok.b{i}")))
+    await provider.send(apns_push(hint(), device("gone.b")))
     # aioapns 4.0 internals (the version is pinned): per-request tables of the connection.
     [connection] = provider._pool.connections
     assert connection.requests == {} and connection.request_statuses == {}
@@ -263,7 +271,9 @@ async def test_timeout_bounds_a_server_that_never_answers(fake: FakeApns) -> Non
     apns = ApnsProvider(credentials, timeout_seconds=0.3)
     try:
         started = time.monotonic()
-        outcomes = await asyncio.gather(*(apns.send(hint(i), device(f"slow.{i}")) for i in range(20)))
+        outcomes = await asyncio.gather(
+            *(apns.send(apns_push(hint(i), device(f"slow.{i}"))) for i in range(20))
+        )
         elapsed = time.monotonic() - started
         assert [o.kind for o in outcomes] == [OutcomeKind.TRANSIENT] * 20
         assert elapsed < 2.0
@@ -273,7 +283,7 @@ async def test_timeout_bounds_a_server_that_never_answers(fake: FakeApns) -> Non
                 break
             await asyncio.sleep(0.01)
         assert fake.resets == [8] * 20  # RST_STREAM CANCEL
-        assert (await apns.send(hint(), device("ok.after-timeout"))).kind is OutcomeKind.DELIVERED
+        assert (await apns.send(apns_push(hint(), device("ok.after-timeout")))).kind is OutcomeKind.DELIVERED
     finally:
         await apns.close()
 
@@ -285,14 +295,14 @@ async def test_an_answer_after_the_timeout_harms_no_other_request(fake: FakeApns
     fake.script("late", Reply(410, "Unregistered", held=True))
     fake.script("steady", Reply(200, held=True))
     try:
-        assert (await apns.send(hint(), device("ok.warm"))).kind is OutcomeKind.DELIVERED
-        late = asyncio.ensure_future(apns.send(hint(), device("late")))
+        assert (await apns.send(apns_push(hint(), device("ok.warm")))).kind is OutcomeKind.DELIVERED
+        late = asyncio.ensure_future(apns.send(apns_push(hint(), device("late"))))
         await asyncio.sleep(0.5)
-        steady = asyncio.ensure_future(apns.send(hint(), device("steady")))
+        steady = asyncio.ensure_future(apns.send(apns_push(hint(), device("steady"))))
         assert (await late).kind is OutcomeKind.TRANSIENT  # given up after 1 s
         fake.release()  # the late answer arrives now, while `steady` is in flight on the same connection
         assert (await steady).kind is OutcomeKind.DELIVERED
-        assert (await apns.send(hint(), device("ok.still"))).kind is OutcomeKind.DELIVERED
+        assert (await apns.send(apns_push(hint(), device("ok.still")))).kind is OutcomeKind.DELIVERED
         assert len({r.connection for r in fake.requests}) == 1
     finally:
         await apns.close()
@@ -308,7 +318,7 @@ async def test_connection_refused_is_transient(tls: TlsFiles) -> None:
     apns = ApnsProvider(credentials, timeout_seconds=2.0)
     try:
         started = time.monotonic()
-        assert (await apns.send(hint(), device("ok.refused"))).kind is OutcomeKind.TRANSIENT
+        assert (await apns.send(apns_push(hint(), device("ok.refused")))).kind is OutcomeKind.TRANSIENT
         assert time.monotonic() - started < 2.5
     finally:
         await apns.close()
@@ -316,12 +326,12 @@ async def test_connection_refused_is_transient(tls: TlsFiles) -> None:
 
 async def test_connection_lost_mid_request_is_transient(fake: FakeApns, provider: ApnsProvider) -> None:
     fake.script("hang", Reply(200, silent=True))
-    pending = asyncio.ensure_future(provider.send(hint(), device("hang")))
+    pending = asyncio.ensure_future(provider.send(apns_push(hint(), device("hang"))))
     await fake.wait_for(1)
     fake.drop_connections()
     assert (await asyncio.wait_for(pending, 3)).kind is OutcomeKind.TRANSIENT
     # A new connection is made for the next send.
-    assert (await provider.send(hint(), device("ok.reconnected"))).kind is OutcomeKind.DELIVERED
+    assert (await provider.send(apns_push(hint(), device("ok.reconnected")))).kind is OutcomeKind.DELIVERED
 
 
 async def test_untrusted_server_certificate_is_transient(fake: FakeApns, tmp_path: Path) -> None:
@@ -332,7 +342,7 @@ async def test_untrusted_server_certificate_is_transient(fake: FakeApns, tmp_pat
     assert credentials is not None
     apns = ApnsProvider(credentials, timeout_seconds=2.0)
     try:
-        assert (await apns.send(hint(), device("ok.untrusted"))).kind is OutcomeKind.TRANSIENT
+        assert (await apns.send(apns_push(hint(), device("ok.untrusted")))).kind is OutcomeKind.TRANSIENT
     finally:
         await apns.close()
     assert fake.requests == []
@@ -384,7 +394,7 @@ async def test_key_given_as_a_file_path(fake: FakeApns, tmp_path: Path) -> None:
     assert credentials is not None
     apns = ApnsProvider(credentials, timeout_seconds=5.0)
     try:
-        assert (await apns.send(hint(), device("ok.path"))).kind is OutcomeKind.DELIVERED
+        assert (await apns.send(apns_push(hint(), device("ok.path")))).kind is OutcomeKind.DELIVERED
     finally:
         await apns.close()
     verified_claims(fake.requests[0].jwt)

@@ -17,18 +17,19 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from app.delivery.jobs import MAX_BACKOFF_SECONDS, DeliveryJob, Retry, backoff, first_attempts, next_step
-from app.delivery.providers.webhook import GONE, outcome_for_status, signed_headers, webhook_body, webhook_id
+from app.delivery.providers.webhook import GONE, outcome_for_status, signed_headers
+from app.delivery.retry import MAX_BACKOFF_SECONDS, Retry, backoff, next_step
 from app.delivery.types import (
     DEAD,
     DELIVERED,
     MISMATCH,
     REJECTED,
     TRANSIENT,
-    Hint,
     Outcome,
     OutcomeKind,
 )
+from app.fanout.delivery_job import DeliveryJob, first_attempts
+from app.fanout.hints import Hint, webhook_body, webhook_id
 
 RECIPIENT = bytes.fromhex("5a" * 32)
 TOPIC = b"\x01" + bytes.fromhex("c0ffee" * 5)

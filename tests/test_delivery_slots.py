@@ -10,8 +10,10 @@ delivers); the queue, database, fan-out and worker are the real ones.
 from __future__ import annotations
 
 import asyncio
+import json
 
-from app.delivery.types import DELIVERED, Hint, Outcome, Target
+from app.delivery.types import DELIVERED, Outcome, Push
+from app.recipients.targets import RecipientTargets
 from tests import pipeline_support
 from tests.pipeline_support import Receiver, envelope, group_topic, running_pipeline, wait_until
 from workers.delivery import DeliveryWorker
@@ -23,18 +25,19 @@ some_stack = pipeline_support.some_stack
 
 
 class RaisesFirst:
-    channel_label = "http"
+    channel, app = "http", "default"
 
     def __init__(self, raises: int) -> None:
         self.raises = raises
         self.sent: list[bytes] = []  # recipient ids, in order of delivery
 
-    async def send(self, hint: Hint, target: Target) -> Outcome:
+    async def send(self, push: Push) -> Outcome:
         await asyncio.sleep(0)
         if self.raises:
             self.raises -= 1
             raise RuntimeError("a bug in a provider")
-        self.sent.append(hint.recipient_id)
+        assert isinstance(push.payload, bytes)
+        self.sent.append(bytes.fromhex(json.loads(push.payload)["recipient_id"]))
         return DELIVERED
 
     async def close(self) -> None:
@@ -51,8 +54,9 @@ async def test_slots_go_on_after_attempts_raise_and_the_raised_ones_are_reclaime
         members = [await pipe.member(receiver.endpoint(), topic) for _ in range(6)]
         await pipe.ingest_ok([envelope(topic, 5)])
         provider, stop, queue = RaisesFirst(raises=2), asyncio.Event(), pipe.runtime.queue
+        targets = RecipientTargets(pipe.runtime.sessions, pipe.runtime.reads)
         assert queue is not None
-        worker = DeliveryWorker(pipe.runtime, queue, provider, "slots-test-http")
+        worker = DeliveryWorker(pipe.runtime, queue, provider, targets, "slots-test-http")
         tasks = [
             asyncio.create_task(run_fanout(pipe.runtime, queue, "slots-test", stop)),
             asyncio.create_task(worker.run(stop)),

@@ -21,7 +21,9 @@ import pytest
 from app.core.config import Settings, SettingsError
 from app.delivery.credentials import fcm_credentials
 from app.delivery.providers.fcm import FcmProvider
-from app.delivery.types import Hint, OutcomeKind, Target
+from app.delivery.types import OutcomeKind
+from app.fanout.hints import Hint, fcm_push
+from app.recipients.types import Target
 from tests import keys
 from tests.fake_fcm import FakeFcm, Reply
 from tests.support import make_settings
@@ -94,7 +96,7 @@ def device(token: str) -> Target:
 
 
 async def test_request_path_auth_and_exact_body(fake: FakeFcm, provider: FcmProvider) -> None:
-    outcome = await provider.send(hint(), device("ok.wire"))
+    outcome = await provider.send(fcm_push(hint(), device("ok.wire")))
 
     assert outcome.kind is OutcomeKind.DELIVERED
     [request] = fake.requests
@@ -118,7 +120,7 @@ async def test_access_token_comes_from_the_service_accounts_token_uri(
     fake: FakeFcm, fresh: FcmProvider
 ) -> None:
     for i in range(5):
-        assert (await fresh.send(hint(i), device(f"ok.{i}"))).kind is OutcomeKind.DELIVERED
+        assert (await fresh.send(fcm_push(hint(i), device(f"ok.{i}")))).kind is OutcomeKind.DELIVERED
 
     [token_request] = fake.token_requests  # fetched once, reused
     assert token_request.form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -138,7 +140,7 @@ async def test_access_token_comes_from_the_service_accounts_token_uri(
 
 async def test_concurrent_sends_share_one_access_token(fake: FakeFcm, fresh: FcmProvider) -> None:
     fake.token_delay = 0.2
-    outcomes = await asyncio.gather(*(fresh.send(hint(i), device(f"ok.c{i}")) for i in range(50)))
+    outcomes = await asyncio.gather(*(fresh.send(fcm_push(hint(i), device(f"ok.c{i}"))) for i in range(50)))
     assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
     assert len(fake.token_requests) == 1
     assert {r.headers["authorization"] for r in fake.requests} == {"Bearer test-token"}
@@ -159,7 +161,7 @@ async def test_a_slow_token_endpoint_does_not_stall_the_event_loop(fake: FakeFcm
 
     ticking = asyncio.ensure_future(ticker())
     try:
-        assert (await fresh.send(hint(), device("ok.slow-token"))).kind is OutcomeKind.DELIVERED
+        assert (await fresh.send(fcm_push(hint(), device("ok.slow-token")))).kind is OutcomeKind.DELIVERED
     finally:
         ticking.cancel()
     assert max(gaps) < 0.5, f"the event loop stood still for {max(gaps):.2f} s"
@@ -171,7 +173,7 @@ async def test_no_deprecation_warning_escapes(fake: FakeFcm) -> None:
         warnings.simplefilter("error")
         fcm = new_provider(fake)
         try:
-            assert (await fcm.send(hint(), device("ok.warnings"))).kind is OutcomeKind.DELIVERED
+            assert (await fcm.send(fcm_push(hint(), device("ok.warnings")))).kind is OutcomeKind.DELIVERED
         finally:
             await fcm.close()
 
@@ -192,7 +194,7 @@ async def test_no_deprecation_warning_escapes(fake: FakeFcm) -> None:
     ],
 )
 async def test_outcome_table(fake: FakeFcm, provider: FcmProvider, token: str, expected: OutcomeKind) -> None:
-    outcome = await provider.send(hint(), device(f"{token}.t"))
+    outcome = await provider.send(fcm_push(hint(), device(f"{token}.t")))
     assert outcome.kind is expected
     assert outcome.delay_seconds is None and not outcome.pause_channel
     assert len(fake.requests) == 1  # firebase-admin's own retries are off: ours go through the queue
@@ -205,7 +207,7 @@ async def test_server_errors_get_exactly_one_request(
     fake: FakeFcm, provider: FcmProvider, status: int, name: str | None
 ) -> None:
     fake.script("flaky", Reply(status, name, name))
-    outcome = await provider.send(hint(), device("flaky"))
+    outcome = await provider.send(fcm_push(hint(), device("flaky")))
     await asyncio.sleep(0.2)  # a library retry would have come by now
     assert len(fake.requests) == 1
     if status in (500, 503):
@@ -220,7 +222,7 @@ async def test_quota_exceeded_pauses_the_channel(
     fake: FakeFcm, provider: FcmProvider, retry_after: str | None, delay: float
 ) -> None:
     fake.script("quota", Reply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after=retry_after))
-    outcome = await provider.send(hint(), device("quota.t"))
+    outcome = await provider.send(fcm_push(hint(), device("quota.t")))
     assert outcome.kind is OutcomeKind.TRANSIENT
     assert outcome.delay_seconds == delay
     assert outcome.pause_channel is True
@@ -229,16 +231,16 @@ async def test_quota_exceeded_pauses_the_channel(
 
 async def test_429_without_an_fcm_code_also_pauses(fake: FakeFcm, provider: FcmProvider) -> None:
     fake.script("busy", Reply(429, "RESOURCE_EXHAUSTED", retry_after="90"))
-    outcome = await provider.send(hint(), device("busy"))
+    outcome = await provider.send(fcm_push(hint(), device("busy")))
     assert (outcome.kind, outcome.delay_seconds, outcome.pause_channel) == (OutcomeKind.TRANSIENT, 90.0, True)
 
 
 async def test_timeout_bounds_a_slow_answer(fake: FakeFcm) -> None:
     fcm = new_provider(fake, timeout=0.5)
     try:
-        await fcm.send(hint(), device("ok.warm"))  # the token fetch is not part of what is timed
+        await fcm.send(fcm_push(hint(), device("ok.warm")))  # the token fetch is not part of what is timed
         started = time.monotonic()
-        outcome = await fcm.send(hint(), device("slow.t"))
+        outcome = await fcm.send(fcm_push(hint(), device("slow.t")))
         elapsed = time.monotonic() - started
     finally:
         await fcm.close()
@@ -252,7 +254,7 @@ async def test_connection_refused_is_transient(fake: FakeFcm) -> None:
     closed.stop()
     fcm = new_provider(fake, fcm_endpoint=endpoint)  # token from the live fake, sends to nothing
     try:
-        assert (await fcm.send(hint(), device("ok.refused"))).kind is OutcomeKind.TRANSIENT
+        assert (await fcm.send(fcm_push(hint(), device("ok.refused")))).kind is OutcomeKind.TRANSIENT
     finally:
         await fcm.close()
 
@@ -262,7 +264,7 @@ async def test_token_endpoint_failure_is_transient(fake: FakeFcm, status: int) -
     fake.token_status = status
     fcm = new_provider(fake, timeout=0.5)
     try:
-        assert (await fcm.send(hint(), device("ok.no-token"))).kind is OutcomeKind.TRANSIENT
+        assert (await fcm.send(fcm_push(hint(), device("ok.no-token")))).kind is OutcomeKind.TRANSIENT
     finally:
         await fcm.close()
     assert fake.requests == []  # nothing is sent without a token
@@ -317,7 +319,7 @@ async def test_service_account_given_as_a_file_path(fake: FakeFcm, tmp_path: Pat
     path.write_text(keys.service_account(token_uri=fake.token_uri))
     fcm = new_provider(fake, fcm_service_account=str(path))
     try:
-        assert (await fcm.send(hint(), device("ok.file"))).kind is OutcomeKind.DELIVERED
+        assert (await fcm.send(fcm_push(hint(), device("ok.file")))).kind is OutcomeKind.DELIVERED
     finally:
         await fcm.close()
     assert fake.requests[0].path == "/v1/projects/test-project/messages:send"
@@ -328,7 +330,7 @@ async def test_another_project_is_another_app(fake: FakeFcm) -> None:
         fake, fcm_service_account=keys.service_account(fake.token_uri, project_id="other-project")
     )
     try:
-        assert (await other.send(hint(), device("ok.other"))).kind is OutcomeKind.DELIVERED
+        assert (await other.send(fcm_push(hint(), device("ok.other")))).kind is OutcomeKind.DELIVERED
     finally:
         await other.close()
     assert fake.requests[0].path == "/v1/projects/other-project/messages:send"

@@ -1,4 +1,5 @@
-"""Delivery worker for one channel: reads its stream, sends with bounded concurrency, records outcomes.
+"""Delivery worker for one XMTP channel: reads its stream, renders each hint for the channel,
+sends with bounded concurrency through the channel's provider, records outcomes.
 
 Reading never waits for a batch to finish: each attempt frees its slot when it
 ends, and finished attempts are acknowledged together every 20 ms.
@@ -13,17 +14,19 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.core import metrics
-from app.delivery.jobs import DeliveryJob, Retry, next_step
 from app.delivery.provider import Provider
 from app.delivery.registry import log_outcome
-from app.delivery.types import Outcome, OutcomeKind, Target
+from app.delivery.retry import Retry, next_step
+from app.delivery.types import Outcome, OutcomeKind
+from app.fanout.delivery_job import DeliveryJob
+from app.fanout.hints import RENDERERS
 from app.queue.base import Commit, Delayed, Entry, WorkQueue, delivery_stream
-from app.recipients import repository as repo
-from app.recipients.repository import RecipientTarget
-from app.recipients.types import Channel
+from app.recipients.types import Channel, Target
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -37,20 +40,34 @@ ACTIVITY_SECONDS = 1.0
 REFILL_FRACTION = 4
 
 
+class TargetStore(Protocol):
+    """Where recipients' hints go (the recipients package keeps them)."""
+
+    async def targets(self, recipient_ids: Sequence[bytes]) -> Mapping[bytes, Target]:
+        """The current target of each recipient that still exists."""
+
+    async def forget_if_unchanged(self, recipient_id: bytes, target: Target) -> bool:
+        """Forget a recipient whose target is dead, unless it changed since; True if forgotten."""
+
+
 @dataclass(slots=True)
 class _Work:
     entry: Entry
     job: DeliveryJob
-    recipient: RecipientTarget
+    target: Target
 
 
 class DeliveryWorker:
-    def __init__(self, runtime: Runtime, queue: WorkQueue, provider: Provider, consumer: str) -> None:
+    def __init__(
+        self, runtime: Runtime, queue: WorkQueue, provider: Provider, targets: TargetStore, consumer: str
+    ) -> None:
         self.runtime = runtime
         self.queue = queue
         self.provider = provider
+        self.targets = targets
         self.consumer = consumer
-        self.channel = provider.channel_label
+        self.channel = provider.channel
+        self.render = RENDERERS[Channel[self.channel.upper()]]
         self.stream = delivery_stream(self.channel)
         settings = runtime.settings
         self.capacity = settings.delivery_concurrency
@@ -127,22 +144,21 @@ class DeliveryWorker:
                 self._finished.ack.append(entry.id)
             else:
                 decoded.append((entry, job))
-        async with self.runtime.reads() as session:
-            recipients = await repo.targets_by_id(session, [job.recipient_id for _, job in decoded])
+        targets = await self.targets.targets([job.recipient_id for _, job in decoded])
         for entry, job in decoded:
-            self._route(entry, job, recipients.get(job.recipient_id))
+            self._route(entry, job, targets.get(job.recipient_id))
 
-    def _route(self, entry: Entry, job: DeliveryJob, recipient: RecipientTarget | None) -> None:
+    def _route(self, entry: Entry, job: DeliveryJob, target: Target | None) -> None:
         # Each hint's job was made once, by the one fan-out of its envelope (see workers/fanout.py).
-        if recipient is None:  # unregistered since
+        if target is None:  # unregistered since
             self._finished.ack.append(entry.id)
             return
-        label = _LABELS[recipient.channel]
+        label = _LABELS[target.channel]
         if label != self.channel:  # re-registered on another channel: hand it over
             self._finished.ack.append(entry.id)
             self._finished.add_to(delivery_stream(label), job.encode())
             return
-        self._start(_Work(entry, job, recipient))
+        self._start(_Work(entry, job, target))
 
     def _start(self, work: _Work) -> None:
         self._busy += 1  # from now until its slot ends it
@@ -190,9 +206,9 @@ class DeliveryWorker:
             self._finished.delay.append(Delayed(self.stream, work.job.encode(), self._paused_until))
             self._finished.ack.append(work.entry.id)
             return
-        target = Target(*work.recipient)
+        target = work.target
         started = time.perf_counter()
-        outcome = await self.provider.send(work.job.hint, target)
+        outcome = await self.provider.send(self.render(work.job.hint, target))
         seconds = time.perf_counter() - started
         self._seconds.observe(seconds)
         log_outcome(self.channel, outcome, seconds)
@@ -216,15 +232,7 @@ class DeliveryWorker:
 
     async def _delete_dead(self, recipient_id: bytes, target: Target) -> None:
         try:
-            async with self.runtime.sessions() as session, session.begin():
-                deleted = await repo.delete_if_unchanged(
-                    session,
-                    recipient_id,
-                    target.channel,
-                    target.address,
-                    target.signing_key,
-                    target.secret_hash,
-                )
+            deleted = await self.targets.forget_if_unchanged(recipient_id, target)
         except Exception:
             log.exception("could not delete a dead %s recipient", self.channel)
             return

@@ -1,4 +1,4 @@
-"""A worker process: fan-out, one delivery worker per configured channel, retries, gauges."""
+"""A worker process: fan-out, one delivery worker per configured XMTP channel, retries, gauges."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import socket
 import time
 
 from app.core import metrics
-from app.delivery.registry import build_providers
+from app.delivery.provider import DEFAULT_APP, Provider
 from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
+from app.recipients.targets import RecipientTargets
 from app.recipients.types import Channel
 from app.runtime import Runtime
 from workers.delivery import DeliveryWorker
@@ -32,20 +33,22 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
     if queue is None:
         raise RuntimeError("workers need a queue")
     consumer = consumer_name()
-    providers = build_providers(runtime.settings)
-    try:
-        await asyncio.gather(
-            run_fanout(runtime, queue, consumer, stop),
-            *(
-                DeliveryWorker(runtime, queue, p, f"{consumer}-{p.channel_label}").run(stop)
-                for p in providers
-            ),
-            promote_retries(queue, stop),
-            report_depths(queue, stop),
-        )
-    finally:
-        for provider in providers:
-            await provider.close()
+    targets = RecipientTargets(runtime.sessions, runtime.reads)
+    await asyncio.gather(
+        run_fanout(runtime, queue, consumer, stop),
+        *(
+            DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}").run(stop)
+            for p in xmtp_providers(runtime)
+        ),
+        promote_retries(queue, stop),
+        report_depths(queue, stop),
+    )
+
+
+def xmtp_providers(runtime: Runtime) -> list[Provider]:
+    """The default app's provider of each XMTP channel this deployment configures."""
+    channels = (c.label for c in Channel if c is not Channel.UNSPECIFIED)
+    return [p for label in channels if (p := runtime.providers.get(label, DEFAULT_APP)) is not None]
 
 
 async def promote_retries(queue: WorkQueue, stop: asyncio.Event) -> None:

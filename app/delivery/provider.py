@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from app.delivery.types import Hint, Outcome, Target
+from app.delivery.types import Outcome, Push
+
+DEFAULT_APP = "default"  # the app of the flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* settings
 
 
 class Provider(Protocol):
-    channel_label: str  # apns | fcm | http
+    channel: str  # apns | fcm | http
+    app: str  # whose credentials it sends with
 
-    async def send(self, hint: Hint, target: Target) -> Outcome:
+    async def send(self, push: Push) -> Outcome:
         """One attempt, bounded in time; never raises for a delivery failure."""
 
     async def close(self) -> None: ...

@@ -1,12 +1,19 @@
-"""The providers of the configured channels, each with its long-lived client."""
+"""The providers of every configured (channel, app), built once at start-up and held by the process.
+
+A channel is one provider module and one line in CHANNELS; an app is one set of credentials for
+it. The flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* / XMTP_PUSH_HTTP_* settings are the default app;
+a source with apps of its own (a Matrix gateway's config file) adds its `ChannelApp`s.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from app.core.config import Settings
 from app.delivery.credentials import apns_credentials, fcm_credentials
-from app.delivery.provider import Provider
+from app.delivery.provider import DEFAULT_APP, Provider
 from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookProvider
@@ -14,6 +21,15 @@ from app.delivery.types import Outcome, OutcomeKind
 from app.delivery.url_policy import UrlPolicy
 
 log = logging.getLogger("app.delivery")
+
+# channel -> how its provider is built from one app's credentials and the request bound.
+ProviderFactory = Callable[..., Provider]
+CHANNELS: dict[str, ProviderFactory] = {
+    "apns": ApnsProvider,
+    "fcm": FcmProvider,
+    "http": WebhookProvider,
+}
+
 # How loudly an attempt's outcome is logged: a gone token is routine, a failure is not.
 OUTCOME_LEVELS = {
     OutcomeKind.DELIVERED: logging.DEBUG,
@@ -24,8 +40,55 @@ OUTCOME_LEVELS = {
 }
 
 
-def log_outcome(channel_label: str, outcome: Outcome, seconds: float) -> None:
-    """Log one attempt by channel, outcome and duration: never the hint, the target or the reply."""
+class ChannelApp(NamedTuple):
+    """One app of one channel: its credentials as the channel's provider takes them."""
+
+    channel: str
+    app: str
+    credentials: Any
+
+
+class ProviderRegistry:
+    """Providers by (channel, app). Built inside the running event loop; closed with the process."""
+
+    def __init__(self, providers: Iterable[Provider] = ()) -> None:
+        self._providers = {(provider.channel, provider.app): provider for provider in providers}
+
+    @classmethod
+    def build(cls, apps: Iterable[ChannelApp], timeout_seconds: float) -> ProviderRegistry:
+        return cls(CHANNELS[a.channel](a.credentials, timeout_seconds, app=a.app) for a in apps)
+
+    def get(self, channel: str, app: str = DEFAULT_APP) -> Provider | None:
+        return self._providers.get((channel, app))
+
+    def __iter__(self) -> Iterator[Provider]:
+        return iter(self._providers.values())
+
+    def __len__(self) -> int:
+        return len(self._providers)
+
+    async def close(self) -> None:
+        for provider in self._providers.values():
+            await provider.close()
+
+
+def default_apps(settings: Settings) -> list[ChannelApp]:
+    """The default app of each channel the flat settings configure; raises SettingsError when a
+    configured credential is unusable."""
+    apps = []
+    apns = apns_credentials(settings)
+    if apns is not None:
+        apps.append(ChannelApp("apns", DEFAULT_APP, apns))
+    fcm = fcm_credentials(settings)
+    if fcm is not None:
+        apps.append(ChannelApp("fcm", DEFAULT_APP, fcm))
+    if settings.http_enabled:
+        apps.append(ChannelApp("http", DEFAULT_APP, UrlPolicy.from_settings(settings)))
+    return apps
+
+
+def log_outcome(channel: str, outcome: Outcome, seconds: float) -> None:
+    """Log one attempt by channel, outcome and duration: never the push, its address or the reply."""
     level = OUTCOME_LEVELS[outcome.kind]
     if not log.isEnabledFor(level):
         return
@@ -34,25 +97,10 @@ def log_outcome(channel_label: str, outcome: Outcome, seconds: float) -> None:
     log.log(
         level,
         "%s attempt %s in %.0f ms%s%s",
-        channel_label,
+        channel,
         outcome.kind.value,
         seconds * 1000,
         retry,
         pause,
-        extra={"channel": channel_label, "outcome": outcome.kind.value},
+        extra={"channel": channel, "outcome": outcome.kind.value},
     )
-
-
-def build_providers(settings: Settings) -> list[Provider]:
-    """One provider per configured channel. Call inside the running event loop."""
-    providers: list[Provider] = []
-    timeout = settings.http_timeout_seconds
-    apns = apns_credentials(settings)
-    if apns is not None:
-        providers.append(ApnsProvider(apns, timeout))
-    fcm = fcm_credentials(settings)
-    if fcm is not None:
-        providers.append(FcmProvider(fcm, timeout))
-    if settings.http_enabled:
-        providers.append(WebhookProvider(UrlPolicy.from_settings(settings), timeout))
-    return providers

@@ -1,39 +1,58 @@
-"""The delivery core's values: what to send, to whom, and how it went.
+"""The delivery core's values: one push to send, and how the attempt went.
 
-Nothing here knows where a hint came from (the XMTP network today; a Matrix
-homeserver or a Marmot client later): providers receive a Hint and a Target
-and answer with an Outcome.
+Nothing here knows where a push came from (an XMTP hint, a Matrix notification, a Marmot
+trigger): each source renders its own `Push`, and a provider sends it and answers an `Outcome`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 
-class Hint(NamedTuple):
-    """A wake-up hint: `<topic, sequence_id>`, never content. (Hint and Target are tuples: one of
-    each is made per attempt, and a tuple costs a fraction of a frozen dataclass to make.)"""
+class PushKind(enum.Enum):
+    """What the device does with a push."""
 
-    topic: bytes
-    sequence_id: int
-    recipient_id: bytes
+    BACKGROUND = "background"  # wakes the app silently (APNs content-available, FCM data only)
+    ALERT = "alert"  # shown to the user
 
 
-class Target(NamedTuple):
-    """Where a recipient's hints go, as stored when the attempt was made."""
+class Priority(enum.Enum):
+    NORMAL = "normal"
+    HIGH = "high"
 
-    channel: int
-    address: str  # device token or webhook URL
-    signing_key: bytes | None
-    secret_hash: bytes
+
+@dataclass(frozen=True, slots=True)
+class ApnsExtras:
+    """APNs headers a push may set beyond what its kind implies."""
+
+    push_type: str | None = None  # apns-push-type; default: the push's kind
+    apns_topic: str | None = None  # apns-topic; default: the app's bundle id
+
+
+class Push(NamedTuple):
+    """One push to one address, rendered by its source. (A tuple: one is made per attempt, and a
+    tuple costs a fraction of a frozen dataclass to make.)"""
+
+    address: str  # device token, or webhook URL
+    # What is sent as it is: the JSON body (APNs, webhook) or the data map (FCM).
+    payload: bytes | Mapping[str, str]
+    kind: PushKind = PushKind.BACKGROUND
+    priority: Priority = Priority.NORMAL
+    collapse_id: str | None = None
+    expires_at: int | None = None  # Unix seconds; None: the channel's default
+    # The same for every attempt at one push, so a receiver can drop repeats (webhook-id).
+    message_id: str | None = None
+    signing_key: bytes | None = None  # webhook: the receiver's Standard Webhooks key
+    extras: ApnsExtras | None = None
 
 
 class OutcomeKind(enum.Enum):
     DELIVERED = "delivered"
     TRANSIENT = "failed"  # retried while attempts remain
-    DEAD = "dead"  # the token or webhook is gone: delete the recipient if unchanged
+    DEAD = "dead"  # the token or webhook is gone: forget the address if unchanged
     MISMATCH = "mismatch"  # the token belongs to another app or sender
     REJECTED = "rejected"  # refused for good; not retried
 

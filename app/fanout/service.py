@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.delivery.jobs import first_attempts
 from app.envelopes.eligibility import Audience, audience, is_own_message, wants
+from app.fanout.delivery_job import first_attempts
 from app.fanout.jobs import FanoutJob
 from app.recipients import repository as repo
 

@@ -69,7 +69,7 @@ async def _redis(runtime: Runtime) -> Check:
 
 async def run_checks(settings: Settings) -> list[Check]:
     checks = channel_checks(settings)
-    async with open_runtime(settings) as runtime:
+    async with open_runtime(settings, sends=False) as runtime:
         checks.append(await _bounded("database", _database(runtime)))
         if settings.redis_url:
             checks.append(await _bounded("redis", _redis(runtime)))

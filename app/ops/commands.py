@@ -81,7 +81,7 @@ def run_stats(settings: Settings, args: argparse.Namespace) -> int:
     from app.runtime import open_runtime
 
     async def run() -> Stats:
-        async with open_runtime(settings) as runtime:
+        async with open_runtime(settings, sends=False) as runtime:
             return await collect_stats(runtime)
 
     stats = asyncio.run(run())

@@ -6,10 +6,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.delivery.registry import build_providers, log_outcome
-from app.delivery.types import Hint, Outcome, Target
+from app.delivery.provider import DEFAULT_APP
+from app.delivery.registry import log_outcome
+from app.delivery.types import Outcome
+from app.fanout.hints import RENDERERS, Hint
 from app.recipients import repository
-from app.recipients.types import Channel
+from app.recipients.types import Channel, Target
 from app.runtime import Runtime
 
 # A group-message topic no real group has: receivers can tell a test hint apart.
@@ -41,19 +43,15 @@ async def send_test(
         recipient = await repository.get_recipient(session, recipient_id)
     if recipient is None:
         raise RecipientNotFound
-    label = Channel(recipient.channel).label
-    providers = build_providers(runtime.settings)
-    try:
-        provider = next((p for p in providers if p.channel_label == label), None)
-        if provider is None:
-            raise ChannelNotConfigured(label)
-        progress(f"sending a test hint over {label}")
-        started = time.perf_counter()
-        target = Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)
-        outcome = await provider.send(Hint(topic, TEST_SEQUENCE_ID, recipient_id), target)
-        seconds = time.perf_counter() - started
-        log_outcome(label, outcome, seconds)
-        return TestResult(label, outcome, seconds)
-    finally:
-        for each in providers:
-            await each.close()
+    channel = Channel(recipient.channel)
+    provider = runtime.providers.get(channel.label, DEFAULT_APP)
+    if provider is None:
+        raise ChannelNotConfigured(channel.label)
+    progress(f"sending a test hint over {channel.label}")
+    target = Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)
+    push = RENDERERS[channel](Hint(topic, TEST_SEQUENCE_ID, recipient_id), target)
+    started = time.perf_counter()
+    outcome = await provider.send(push)
+    seconds = time.perf_counter() - started
+    log_outcome(channel.label, outcome, seconds)
+    return TestResult(channel.label, outcome, seconds)

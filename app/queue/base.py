@@ -17,8 +17,8 @@ from typing import Protocol
 ENVELOPES = "envelopes"
 
 
-def delivery_stream(channel_label: str) -> str:
-    return f"deliveries.{channel_label}"
+def delivery_stream(channel: str) -> str:
+    return f"deliveries.{channel}"
 
 
 @dataclass(frozen=True, slots=True)

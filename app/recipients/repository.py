@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.database import fetch_rows
 from app.recipients.models import Recipient, Subscription
-from app.recipients.types import Delivery, SubscriptionSpec
+from app.recipients.types import Delivery, SubscriptionSpec, Target
 
 
 class SubscriberRow(NamedTuple):
@@ -39,15 +39,6 @@ class SubscriberRow(NamedTuple):
     hmac_keys: bytes | None
     include_commits: bool
     channel: int
-
-
-class RecipientTarget(NamedTuple):
-    """Where a recipient's hints go now: what delivery needs, and compares before deleting."""
-
-    channel: int
-    target: str
-    signing_key: bytes | None
-    secret_hash: bytes
 
 
 def _insert(session: AsyncSession, model: Any) -> Any:
@@ -224,23 +215,16 @@ async def renew(session: AsyncSession, recipient_id: bytes, topic_count: int, no
     )
 
 
-async def targets_by_id(session: AsyncSession, ids: Sequence[bytes]) -> dict[bytes, RecipientTarget]:
+async def targets_by_id(session: AsyncSession, ids: Sequence[bytes]) -> dict[bytes, Target]:
     """The current delivery target of each recipient that still exists."""
     if not ids:
         return {}
     statement = _TARGETS[session.get_bind().dialect.name == "postgresql"]
     rows = await fetch_rows(session, statement, {"ids": list(set(ids))})
-    return {row[0]: RecipientTarget(*row[1:]) for row in rows}
+    return {row[0]: Target(*row[1:]) for row in rows}
 
 
-async def delete_if_unchanged(
-    session: AsyncSession,
-    recipient_id: bytes,
-    channel: int,
-    target: str,
-    signing_key: bytes | None,
-    secret_hash: bytes,
-) -> bool:
+async def delete_if_unchanged(session: AsyncSession, recipient_id: bytes, target: Target) -> bool:
     """Delete a recipient whose token or webhook is dead, unless it re-registered since."""
     query = select(Recipient).where(Recipient.id == recipient_id).with_for_update()
     recipient = (await session.execute(query)).scalar_one_or_none()
@@ -249,7 +233,7 @@ async def delete_if_unchanged(
         recipient.target,
         recipient.signing_key,
         recipient.secret_hash,
-    ) == (channel, target, signing_key, secret_hash)
+    ) == tuple(target)
     if unchanged:
         await delete_recipient(session, recipient_id)
     return unchanged

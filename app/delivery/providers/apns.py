@@ -1,4 +1,4 @@
-"""APNs channel: background hints over HTTP/2 with token auth, through aioapns.
+"""APNs channel: pushes over HTTP/2 with token auth, through aioapns.
 
 aioapns (pinned to 4.0) signs a new JWT for every connection; Apple refuses such
 churn with TooManyProviderTokenUpdates, so one token is shared by the pool's
@@ -12,8 +12,6 @@ adjustments are in apns_connection.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import ssl
 import time
 from typing import Any
@@ -24,13 +22,26 @@ from aioapns.connection import AuthorizationHeaderProvider
 from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExceeded
 
 from app.delivery.credentials import ApnsCredentials
+from app.delivery.provider import DEFAULT_APP
 from app.delivery.providers.apns_connection import EndpointPool
-from app.delivery.types import DEAD, DELIVERED, MISMATCH, REJECTED, TRANSIENT, Hint, Outcome, Target
+from app.delivery.types import (
+    DEAD,
+    DELIVERED,
+    MISMATCH,
+    REJECTED,
+    TRANSIENT,
+    Outcome,
+    Priority,
+    Push,
+    PushKind,
+)
 
 MAX_BODY_BYTES = 4096
 MAX_COLLAPSE_ID_BYTES = 64
 TOKEN_REFRESH_SECONDS = 50 * 60  # Apple accepts a token for 60 minutes
-BACKGROUND_PRIORITY = 5
+# Apple requires priority 5 for background pushes; an alert goes at 10 when it is urgent.
+NORMAL_PRIORITY, HIGH_PRIORITY = 5, 10
+PUSH_TYPES = {kind: PushType(kind.value) for kind in PushKind}
 EXPIRED_PROVIDER_TOKEN = "ExpiredProviderToken"
 # (status, reason) -> outcome; (status, None) matches any reason for that status.
 OUTCOMES: dict[tuple[str, str | None], Outcome] = {
@@ -47,18 +58,6 @@ CONNECTION_ERRORS = (ConnectionClosed, ConnectionError, MaxAttemptsExceeded, OSE
 
 def outcome_for(status: str, reason: str | None) -> Outcome:
     return OUTCOMES.get((status, reason)) or OUTCOMES.get((status, None)) or REJECTED
-
-
-# The body as aioapns serialises it (json.dumps defaults), without the topic and sequence id values.
-BODY_OVERHEAD_BYTES = len(json.dumps({"aps": {"content-available": 1}, "topic": "", "sequence_id": ""}))
-
-
-def apns_body(hint: Hint) -> dict[str, Any]:
-    return {
-        "aps": {"content-available": 1},
-        "topic": base64.b64encode(hint.topic).decode(),
-        "sequence_id": str(hint.sequence_id),
-    }
 
 
 class SharedToken(AuthorizationHeaderProvider):
@@ -89,41 +88,31 @@ class SharedToken(AuthorizationHeaderProvider):
 
 
 class ApnsProvider:
-    channel_label = "apns"
+    channel = "apns"
 
     def __init__(
-        self, credentials: ApnsCredentials, timeout_seconds: float, max_connections: int = 4
+        self,
+        credentials: ApnsCredentials,
+        timeout_seconds: float,
+        max_connections: int = 4,
+        *,
+        app: str = DEFAULT_APP,
     ) -> None:
+        self.app = app
         self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
         self._pool = EndpointPool(credentials, self._token, max_connections)
         self._timeout = timeout_seconds
 
-    async def send(self, hint: Hint, target: Target) -> Outcome:
-        request = self._request(hint, target.address)
+    async def send(self, push: Push) -> Outcome:
+        request = apns_request(push)
         if request is None:
             return REJECTED
         presented = self._token.get_header()  # what this attempt sends, unless renewed meanwhile
         status, reason = await self._attempt(request)
         if status == "403" and reason == EXPIRED_PROVIDER_TOKEN:
             self._token.renew(presented)
-            status, reason = await self._attempt(self._request(hint, target.address))  # type: ignore[arg-type]
+            status, reason = await self._attempt(apns_request(push))  # type: ignore[arg-type]
         return TRANSIENT if status is None else outcome_for(status, reason)
-
-    def _request(self, hint: Hint, token: str) -> NotificationRequest | None:
-        body = apns_body(hint)
-        collapse_id = body["topic"]
-        # Base64 and decimal digits are ASCII and need no escaping: the length is known without
-        # serialising the body once more (aioapns serialises it for the request).
-        too_big = BODY_OVERHEAD_BYTES + len(collapse_id) + len(body["sequence_id"]) > MAX_BODY_BYTES
-        if too_big or len(collapse_id) > MAX_COLLAPSE_ID_BYTES:
-            return None
-        return NotificationRequest(
-            device_token=token,
-            message=body,
-            priority=BACKGROUND_PRIORITY,
-            push_type=PushType.BACKGROUND,
-            collapse_key=collapse_id,
-        )
 
     async def _attempt(self, request: NotificationRequest) -> tuple[str | None, str | None]:
         try:
@@ -136,3 +125,24 @@ class ApnsProvider:
 
     async def close(self) -> None:
         self._pool.close()
+
+
+def apns_request(push: Push) -> NotificationRequest | None:
+    """The request for a push, or None when Apple would refuse it for its size."""
+    body, collapse_id = push.payload, push.collapse_id
+    if not isinstance(body, bytes) or len(body) > MAX_BODY_BYTES:
+        return None
+    if collapse_id is not None and len(collapse_id.encode()) > MAX_COLLAPSE_ID_BYTES:
+        return None
+    background = push.kind is PushKind.BACKGROUND
+    urgent = push.priority is Priority.HIGH and not background
+    extras = push.extras
+    return NotificationRequest(
+        device_token=push.address,
+        message=body,  # type: ignore[arg-type]  # sent as it is (see apns_connection)
+        time_to_live=None if push.expires_at is None else max(0, push.expires_at - int(time.time())),
+        priority=HIGH_PRIORITY if urgent else NORMAL_PRIORITY,
+        push_type=PushType(extras.push_type) if extras and extras.push_type else PUSH_TYPES[push.kind],
+        collapse_key=collapse_id,
+        apns_topic=extras.apns_topic if extras else None,
+    )

@@ -153,7 +153,9 @@ class _Protocol(APNsTLSClientProtocol):
         stream_id = await self.free_channels.acquire()
         headers = request_headers(request, self._host, self._topic, self._authorization_bytes())
         self.conn.send_headers(stream_id=stream_id, headers=headers)
-        body = json.dumps(request.message, ensure_ascii=False).encode()  # as aioapns writes it
+        message: Any = request.message
+        # A push's body comes rendered; a message object is written as aioapns writes it.
+        body = message if isinstance(message, bytes) else json.dumps(message, ensure_ascii=False).encode()
         self.conn.send_data(stream_id=stream_id, data=body, end_stream=True)
         self.flush()
         response: asyncio.Future[NotificationResult] = self.loop.create_future()

@@ -1,4 +1,4 @@
-"""FCM channel: data-only background hints through firebase-admin's async API.
+"""FCM channel: data messages through firebase-admin's async API.
 
 firebase-admin (pinned to 7.7) is used for what it does well: the message
 model, OAuth2 from the service account (its own token_uri, so a local token
@@ -16,10 +16,10 @@ our timeout, before the request needs it.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import hashlib
 import json
+import time
 import warnings
 from typing import Any
 
@@ -31,7 +31,18 @@ from firebase_admin._retry import HttpxRetry
 from google.auth.transport import requests as google_auth_requests
 
 from app.delivery.credentials import FcmCredentials
-from app.delivery.types import DELIVERED, MISMATCH, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
+from app.delivery.provider import DEFAULT_APP
+from app.delivery.types import (
+    DELIVERED,
+    MISMATCH,
+    REJECTED,
+    TRANSIENT,
+    Outcome,
+    OutcomeKind,
+    Priority,
+    Push,
+    PushKind,
+)
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 QUOTA_DELAY_DEFAULT, QUOTA_DELAY_MIN, QUOTA_DELAY_MAX = 60.0, 60.0, 300.0
@@ -49,19 +60,36 @@ CODE_OUTCOMES: dict[str, Outcome] = {
 TRANSIENT_STATUSES = {500, 503}
 
 
-def fcm_message(hint: Hint, token: str) -> messaging.Message:
+ANDROID_PRIORITIES = {Priority.NORMAL: "normal", Priority.HIGH: "high"}
+
+
+def fcm_message(push: Push) -> messaging.Message | None:
+    """The v1 message for a push, or None when it carries no data map. For iOS apps on FCM a
+    background push is sent as APNs requires one (priority 5, content-available)."""
+    if isinstance(push.payload, bytes):
+        return None
+    background = push.kind is PushKind.BACKGROUND
+    urgent = push.priority is Priority.HIGH and not background
     with warnings.catch_warnings():
         # The v1 API's field is still `token`; the library prefers a newer name.
         warnings.filterwarnings("ignore", message="Message.token is deprecated", category=DeprecationWarning)
         return messaging.Message(
-            token=token,
-            data={"topic": base64.b64encode(hint.topic).decode(), "sequence_id": str(hint.sequence_id)},
-            android=messaging.AndroidConfig(priority="high"),
+            token=push.address,
+            data=dict(push.payload),
+            android=messaging.AndroidConfig(
+                priority=ANDROID_PRIORITIES[push.priority],
+                collapse_key=push.collapse_id,
+                ttl=_ttl(push.expires_at),
+            ),
             apns=messaging.APNSConfig(
-                headers={"apns-priority": "5", "apns-push-type": "background"},
-                payload=messaging.APNSPayload(aps=messaging.Aps(content_available=True)),
+                headers={"apns-priority": "10" if urgent else "5", "apns-push-type": push.kind.value},
+                payload=messaging.APNSPayload(aps=messaging.Aps(content_available=background or None)),
             ),
         )
+
+
+def _ttl(expires_at: int | None) -> int | None:
+    return None if expires_at is None else max(0, expires_at - int(time.time()))
 
 
 def outcome_for_error(error: BaseException | None) -> Outcome:
@@ -109,9 +137,12 @@ class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[mi
 
 
 class FcmProvider:
-    channel_label = "fcm"
+    channel = "fcm"
 
-    def __init__(self, credentials: FcmCredentials, timeout_seconds: float) -> None:
+    def __init__(
+        self, credentials: FcmCredentials, timeout_seconds: float, *, app: str = DEFAULT_APP
+    ) -> None:
+        self.app = app
         account = credentials.service_account
         # One firebase app per service account, all of it: another key or token_uri is another app.
         name = "xmtp-push-" + hashlib.sha256(json.dumps(account, sort_keys=True).encode()).hexdigest()[:16]
@@ -138,13 +169,16 @@ class FcmProvider:
                 refresh = asyncio.to_thread(credential.refresh, self._auth_request)
                 await asyncio.wait_for(refresh, self._timeout)
 
-    async def send(self, hint: Hint, target: Target) -> Outcome:
+    async def send(self, push: Push) -> Outcome:
+        message = fcm_message(push)
+        if message is None:
+            return REJECTED
         try:
             await self._ensure_access_token()
         except Exception:  # token endpoint down, slow or refusing: try again later
             return TRANSIENT
         try:
-            batch = await self._service.send_each_async([fcm_message(hint, target.address)], dry_run=False)
+            batch = await self._service.send_each_async([message], dry_run=False)
         except exceptions.FirebaseError as error:
             return outcome_for_error(error)
         except Exception:  # OAuth token endpoint or transport trouble: try again later

@@ -1,4 +1,4 @@
-"""HTTPS webhook channel: Standard Webhooks signed hints, posted with aiohttp.
+"""HTTPS webhook channel: Standard Webhooks signed pushes, posted with aiohttp.
 
 Before every attempt the URL policy is checked again and the connection is
 pinned to the addresses that passed it, so a name cannot be pointed inward
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import contextvars
-import hashlib
 import hmac
 import socket
 import ssl
@@ -19,7 +18,8 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from app.delivery.deadlines import Deadlines
-from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Hint, Outcome, OutcomeKind, Target
+from app.delivery.provider import DEFAULT_APP
+from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Outcome, OutcomeKind, Push
 from app.delivery.url_policy import (
     SharedLookups,
     UrlNotAllowed,
@@ -47,18 +47,6 @@ def outcome_for_status(status: int) -> Outcome:
         if status in codes:
             return outcome
     return REJECTED  # 3xx included: redirects are refused
-
-
-def webhook_body(hint: Hint) -> bytes:
-    """The exact bytes that are signed and sent."""
-    topic = base64.b64encode(hint.topic).decode()
-    return f'{{"topic":"{topic}","sequence_id":"{hint.sequence_id}","recipient_id":"{hint.recipient_id.hex()}"}}'.encode()
-
-
-def webhook_id(hint: Hint) -> str:
-    """Stable for every attempt at the same hint, so receivers can dedupe on it."""
-    digest = hashlib.sha256(hint.recipient_id + hint.topic + hint.sequence_id.to_bytes(8, "big")).hexdigest()
-    return f"hint_{digest[:32]}"
 
 
 def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
@@ -96,9 +84,12 @@ def _resolve_result(host: str, address: str, port: int) -> ResolveResult:
 
 
 class WebhookProvider:
-    channel_label = "http"
+    channel = "http"
 
-    def __init__(self, policy: UrlPolicy, timeout_seconds: float, max_connections: int = 512) -> None:
+    def __init__(
+        self, policy: UrlPolicy, timeout_seconds: float, max_connections: int = 512, *, app: str = DEFAULT_APP
+    ) -> None:
+        self.app = app
         self._policy = policy
         self._lookups = SharedLookups()
         # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
@@ -117,23 +108,23 @@ class WebhookProvider:
             skip_auto_headers=("User-Agent",),
         )
 
-    async def send(self, hint: Hint, target: Target) -> Outcome:
+    async def send(self, push: Push) -> Outcome:
+        body, key, message_id = push.payload, push.signing_key, push.message_id
+        if not key or message_id is None or not isinstance(body, bytes):
+            return REJECTED
         try:
-            checked = await check_webhook_url(target.address, self._policy, self._lookups)
+            checked = await check_webhook_url(push.address, self._policy, self._lookups)
         except UrlNotResolved:
             return TRANSIENT
         except UrlNotAllowed:
             return REJECTED
-        if not target.signing_key:
-            return REJECTED
         _pinned.set((checked.target.host, checked.addresses))
-        body = webhook_body(hint)
-        headers = signed_headers(target.signing_key, webhook_id(hint), int(time.time()), body)
+        headers = signed_headers(key, message_id, int(time.time()), body)
         # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
         try:
             with self._deadlines.bound():
                 async with self._session.post(
-                    target.address, data=body, headers=headers, allow_redirects=False
+                    push.address, data=body, headers=headers, allow_redirects=False
                 ) as response:
                     await response.read()
                     return outcome_for_status(response.status)

@@ -1,17 +1,14 @@
-"""A delivery job as it travels on a channel's stream, and the retry rule."""
+"""The delivery job: one hint to one recipient as it travels on its channel's stream."""
 
 from __future__ import annotations
 
 import binascii
 import json
-import random
 import re
-from dataclasses import dataclass
 from typing import NamedTuple
 
-from app.delivery.types import Hint, Outcome, OutcomeKind
+from app.fanout.hints import Hint
 
-MAX_BACKOFF_SECONDS = 300.0
 # Exactly what `_payload` writes: lowercase hex, decimal numbers, a JSON bool.
 _PLAIN_JOB = re.compile(rb'\["([0-9a-f]*)","([0-9a-f]*)","([0-9]+)",(-?[0-9]+),([0-9]+),(true|false)\]')
 # Earlier versions wrote a job id first; entries they queued still decode.
@@ -94,28 +91,3 @@ def _payload(
     return (
         f'["{recipient_hex}","{topic_hex}","{sequence_id}",{ingested},{attempt},{"true" if gone else "false"}]'
     ).encode()
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    job: DeliveryJob
-    delay_seconds: float
-
-
-def next_step(job: DeliveryJob, outcome: Outcome, max_attempts: int, base_seconds: float) -> Retry | Outcome:
-    """What follows an attempt: a retry, or the final outcome to record."""
-    gone = outcome.kind is OutcomeKind.DEAD and outcome.confirm_by_retry
-    retryable = outcome.kind is OutcomeKind.TRANSIENT or gone
-    if not retryable:
-        return outcome
-    all_gone = job.all_gone and gone
-    if job.attempt >= max_attempts:
-        return Outcome(OutcomeKind.DEAD) if all_gone else Outcome(OutcomeKind.TRANSIENT)
-    delay = max(backoff(job.attempt, base_seconds), outcome.delay_seconds or 0.0)
-    return Retry(job._replace(attempt=job.attempt + 1, all_gone=all_gone), delay)
-
-
-def backoff(attempt: int, base_seconds: float) -> float:
-    """Exponential with jitter: base * 2^(attempt-1), times a random factor in [0.5, 1.5)."""
-    ceiling = min(MAX_BACKOFF_SECONDS, base_seconds * 2.0 ** (attempt - 1))
-    return ceiling * (0.5 + random.random())

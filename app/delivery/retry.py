@@ -1,0 +1,51 @@
+"""The retry rule: what follows an attempt's outcome. Pure: the caller queues the retry."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Generic, Protocol, Self, TypeVar
+
+from app.delivery.types import Outcome, OutcomeKind
+
+MAX_BACKOFF_SECONDS = 300.0
+
+
+class Attempted(Protocol):
+    """A queued push's attempt count and whether every attempt so far answered "gone"."""
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def all_gone(self) -> bool: ...
+
+    def _replace(self, *, attempt: int = ..., all_gone: bool = ...) -> Self: ...
+
+
+J = TypeVar("J", bound=Attempted)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry(Generic[J]):
+    job: J
+    delay_seconds: float
+
+
+def next_step(job: J, outcome: Outcome, max_attempts: int, base_seconds: float) -> Retry[J] | Outcome:
+    """What follows an attempt: a retry, or the final outcome to record."""
+    gone = outcome.kind is OutcomeKind.DEAD and outcome.confirm_by_retry
+    retryable = outcome.kind is OutcomeKind.TRANSIENT or gone
+    if not retryable:
+        return outcome
+    all_gone = job.all_gone and gone
+    if job.attempt >= max_attempts:
+        return Outcome(OutcomeKind.DEAD) if all_gone else Outcome(OutcomeKind.TRANSIENT)
+    delay = max(backoff(job.attempt, base_seconds), outcome.delay_seconds or 0.0)
+    return Retry(job._replace(attempt=job.attempt + 1, all_gone=all_gone), delay)
+
+
+def backoff(attempt: int, base_seconds: float) -> float:
+    """Exponential with jitter: base * 2^(attempt-1), times a random factor in [0.5, 1.5)."""
+    ceiling = min(MAX_BACKOFF_SECONDS, base_seconds * 2.0 ** (attempt - 1))
+    return ceiling * (0.5 + random.random())
