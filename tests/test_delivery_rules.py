@@ -27,9 +27,12 @@ from app.delivery.types import (
     TRANSIENT,
     Outcome,
     OutcomeKind,
+    Priority,
+    PushKind,
 )
 from app.fanout.delivery_job import DeliveryJob, first_attempts
-from app.fanout.hints import Hint, webhook_body, webhook_id
+from app.fanout.hints import Hint, apns_push, fcm_push, webhook_body, webhook_id, webhook_push
+from app.recipients.types import Target
 
 RECIPIENT = bytes.fromhex("5a" * 32)
 TOPIC = b"\x01" + bytes.fromhex("c0ffee" * 5)
@@ -338,6 +341,28 @@ def test_webhook_body_carries_uint64_sequence_as_text() -> None:
     body = webhook_body(Hint(TOPIC, 2**64 - 1, RECIPIENT))
     assert b'"sequence_id":"18446744073709551615"' in body
     assert b" " not in body
+
+
+def test_apns_body_is_what_json_dumps_writes_for_the_payload_object() -> None:
+    """The APNs body is rendered as text; it must equal what aioapns wrote for the same object."""
+    rng = random.Random(7)
+    for _ in range(500):
+        hint = Hint(rng.randbytes(rng.randint(1, 80)), rng.randrange(2**64), rng.randbytes(32))
+        push = apns_push(hint, Target(1, "device", None, b"\x02" * 32))
+        topic = base64.b64encode(hint.topic).decode()
+        expected = {"aps": {"content-available": 1}, "topic": topic, "sequence_id": str(hint.sequence_id)}
+        assert push.payload == json.dumps(expected, ensure_ascii=False).encode()
+        assert push.collapse_id == topic
+
+
+def test_fcm_data_and_webhook_push_fields() -> None:
+    hint = Hint(TOPIC, SEQUENCE, RECIPIENT)
+    fcm = fcm_push(hint, Target(2, "device", None, b"\x02" * 32))
+    assert fcm.payload == {"topic": base64.b64encode(TOPIC).decode(), "sequence_id": str(SEQUENCE)}
+    assert (fcm.kind, fcm.priority, fcm.collapse_id) == (PushKind.BACKGROUND, Priority.HIGH, None)
+    webhook = webhook_push(hint, Target(3, "https://example.com/h", b"k" * 32, b"\x02" * 32))
+    assert (webhook.payload, webhook.message_id) == (webhook_body(hint), webhook_id(hint))
+    assert (webhook.address, webhook.signing_key) == ("https://example.com/h", b"k" * 32)
 
 
 def test_signature_test_vector() -> None:
