@@ -18,7 +18,7 @@ from app.envelopes.parsing import (
     parse_server_envelope,
 )
 from app.envelopes.types import UINT64_MAX, Envelope, EnvelopeKind
-from app.fanout.jobs import FanoutJob
+from app.fanout.fanout_job import FanoutJob
 from app.proto.xmtp.backend.v1 import envelope_pb2 as pb
 
 TOPIC = b"\x01" + bytes(range(16))

@@ -10,7 +10,7 @@ import secrets
 import pytest
 
 from app.envelopes.types import Envelope, EnvelopeKind
-from app.fanout.jobs import FanoutJob
+from app.fanout.fanout_job import FanoutJob
 from app.fanout.service import split_after
 
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from app.core import metrics
-from app.fanout.jobs import FanoutJob
+from app.fanout.fanout_job import FanoutJob
 from app.fanout.service import FanoutPage, fan_out_page
 from app.queue.base import ENVELOPES, Commit, Entry, WorkQueue, delivery_stream
 from app.recipients.types import Channel

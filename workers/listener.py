@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import grpc
 
 from app.core import metrics
-from app.envelopes.service import enqueue_envelopes
 from app.envelopes.types import Envelope
+from app.fanout.service import enqueue_envelopes
 from app.network import repository
 from app.network.decoding import MalformedEnvelope, decode
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as envelopes

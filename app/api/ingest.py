@@ -10,8 +10,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.envelopes.parsing import MAX_BATCH, EnvelopeError, parse_json_batch, parse_server_envelope
-from app.envelopes.service import enqueue_envelopes
 from app.envelopes.types import Envelope
+from app.fanout.service import enqueue_envelopes
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 PROTOBUF = "application/x-protobuf"

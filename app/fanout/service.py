@@ -1,4 +1,5 @@
-"""Fan-out: one page of a topic's subscribers turned into delivery jobs.
+"""Fan-out: envelopes queued as they arrive, then one page of a topic's subscribers at a time turned
+into delivery jobs.
 
 A topic is read a page at a time in recipient-id order; the next page travels
 as a new job at the back of the queue, so a topic with 100,000 subscribers
@@ -10,15 +11,32 @@ part of one large topic at the same time.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core import metrics
 from app.envelopes.eligibility import Audience, audience, is_own_message, wants
+from app.envelopes.types import Envelope
 from app.fanout.delivery_job import first_attempts
-from app.fanout.jobs import FanoutJob
+from app.fanout.fanout_job import FanoutJob, encode_job
+from app.queue.base import ENVELOPES, WorkQueue
 from app.recipients import repository as repo
+
+
+async def enqueue_envelopes(
+    queue: WorkQueue, envelopes: Sequence[Envelope], clock: Callable[[], int] = time.time_ns
+) -> int:
+    """Stamp arrival time and queue every envelope for fan-out, all or none; returns how many."""
+    received_ns = clock()
+    # encode_job(e, r) == FanoutJob(replace(e, received_ns=r)).encode(), without copying each envelope.
+    jobs = [encode_job(envelope, received_ns) for envelope in envelopes]
+    await queue.add(ENVELOPES, jobs)
+    metrics.envelopes_total.labels("ingested").inc(len(jobs))
+    return len(jobs)
 
 
 @dataclass(slots=True)
