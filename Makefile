@@ -13,7 +13,7 @@ help:
 	@echo "make install    create $(VENV) (with $(PYTHON)) if missing and install the package with dev extras"
 	@echo "make run        xmtp-push dev: HTTP :8080 and gRPC :50051 on SQLite, in-process queue"
 	@echo "make test       run the test suite (needs PostgreSQL on 127.0.0.1:5432; .ci/run sets it up)"
-	@echo "make lint       ruff check and ruff format --check"
+	@echo "make lint       ruff check, ruff format --check and the package layers (lint-imports)"
 	@echo "make format     apply ruff format and safe ruff fixes"
 	@echo "make typecheck  mypy app workers"
 	@echo "make proto      regenerate app/proto modules from the .proto files"
@@ -33,6 +33,7 @@ test:
 lint:
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/ruff format --check $(SOURCES)
+	$(BIN)/lint-imports
 
 format:
 	$(BIN)/ruff check --fix $(SOURCES)

@@ -184,7 +184,7 @@ def _server_command() -> list[str]:
     if os.path.exists(script):
         return [script, "api"]
     found = shutil.which("xmtp-push")
-    return [found, "api"] if found else [sys.executable, "-m", "app.cli", "api"]
+    return [found, "api"] if found else [sys.executable, "-m", "workers.cli", "api"]
 
 
 @dataclass
@@ -198,10 +198,10 @@ class Server:
 @contextlib.asynccontextmanager
 async def subprocess_server(database_url: str, source: str | None = None) -> AsyncIterator[Server]:
     """`xmtp-push api` in its own process; with `source`, the app package of that source tree instead
-    (for comparing builds: `python -m app.cli api` run there, on this interpreter)."""
+    (for comparing builds: `python -m workers.cli api` run there, on this interpreter)."""
     env = server_environment(database_url)
     if source:
-        command = [sys.executable, "-m", "app.cli", "api"]
+        command = [sys.executable, "-m", "workers.cli", "api"]
         env["PYTHONPATH"] = source
     else:
         command = _server_command()
@@ -261,7 +261,7 @@ async def subprocess_server(database_url: str, source: str | None = None) -> Asy
 async def inprocess_server(database_url: str) -> AsyncIterator[Server]:
     from app.core.config import Settings
     from app.runtime import open_runtime
-    from app.server import running_api
+    from workers.server import running_api
 
     settings = Settings(
         database_url=database_url,

@@ -39,8 +39,8 @@ from app.proto.xmtp.backend.v1 import envelope_pb2, notification_pb2, notificati
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.models import Recipient, Subscription
 from app.runtime import Runtime, open_runtime
-from app.server import running_api
 from tests.support import clear_tables, make_settings
+from workers.server import running_api
 
 REDIS_TEST_URL = os.environ.get("XMTP_PUSH_TEST_REDIS", "redis://127.0.0.1:6379/9")
 INGEST_TOKEN = "t"

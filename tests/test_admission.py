@@ -24,7 +24,6 @@ import pytest
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.runtime import open_runtime
-from app.server import running_api
 from tests.builders import (
     ALL_TRANSPORTS,
     BAD_SECRET,
@@ -62,6 +61,7 @@ from tests.builders import (
     welcome_topic,
 )
 from tests.support import Api, make_settings
+from workers.server import running_api
 
 ApiWith = Callable[..., AbstractAsyncContextManager[Api]]
 METHODS = ("Register", "Unregister", "UpdateSubscriptions")

@@ -32,7 +32,6 @@ from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.models import Recipient
 from app.runtime import Runtime, open_runtime
-from app.server import running_api
 from tests.fake_apns import FakeApns, TlsFiles, make_tls_files
 from tests.fake_apns import Reply as ApnsReply
 from tests.fake_fcm import FakeFcm
@@ -40,6 +39,7 @@ from tests.fake_fcm import Reply as FcmReply
 from tests.keys import service_account
 from tests.pipeline_support import exclusive_redis_db
 from tests.support import clear_tables, make_settings
+from workers.server import running_api
 
 REDIS_URL = "redis://127.0.0.1:6379/7"
 INGEST_TOKEN = "t"

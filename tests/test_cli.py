@@ -28,7 +28,7 @@ RUN_TIMEOUT = 60.0
 
 def command() -> list[str]:
     script = shutil.which("xmtp-push", path=str(Path(sys.executable).parent)) or shutil.which("xmtp-push")
-    return [script] if script else [sys.executable, "-m", "app.cli"]
+    return [script] if script else [sys.executable, "-m", "workers.cli"]
 
 
 def free_port() -> int:

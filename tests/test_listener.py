@@ -32,7 +32,6 @@ from app.proto.xmtp.backend.v1 import notification_pb2 as npb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.base import ENVELOPES, delivery_stream
 from app.runtime import Runtime, open_runtime
-from app.server import running_api
 from tests.fake_xmtpd import (
     COMMIT,
     SENDER_EXTERNAL,
@@ -55,6 +54,7 @@ from tests.fake_xmtpd import (
 from tests.support import clear_tables, make_settings
 from workers.listener import PAGE_LIMIT, run_listener
 from workers.runner import run_workers
+from workers.server import running_api
 
 KEEPALIVE_TIMEOUT = 1.0  # the listener's; the fake node sends keep-alives every 0.25 s unless told
 WAIT = 15.0  # bound on every wait for hints

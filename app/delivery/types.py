@@ -1,7 +1,7 @@
 """The delivery core's values: one push to send, and how the attempt went.
 
-Nothing here knows where a push came from (an XMTP hint, a Matrix notification, a Marmot
-trigger): each source renders its own `Push`, and a provider sends it and answers an `Outcome`.
+Nothing here knows which source rendered a push (XMTP, a Matrix homeserver, Marmot): each
+source renders its own `Push`, and a provider sends it and answers an `Outcome`.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def _script(name: str) -> list[str]:
     if os.path.exists(script):
         return [script]
     found = shutil.which(name)
-    return [found] if found else [sys.executable, "-m", "app.cli"]
+    return [found] if found else [sys.executable, "-m", "workers.cli"]
 
 
 async def start_process(

@@ -14,7 +14,7 @@ needs lives here:
   data_received and tears the connection down with every request on it. The
   protocol acknowledges bodies, forgets finished streams and resets abandoned
   ones;
-- the request itself is built here, not by aioapns, to keep its cost per hint
+- the request itself is built here, not by aioapns, to keep its cost per push
   low (see RequestEncoder): headers go to h2 as we write them (already
   lowercase, no connection headers, so h2's normalising and checking passes
   are skipped).
@@ -58,7 +58,7 @@ _H2_CONFIG = H2Configuration(
 class RequestEncoder(Encoder):
     """HPACK for APNs requests, which repeat most of their headers byte for byte.
 
-    Host, topic, priority, push type and the provider token are the same on every request: after
+    Host, apns-topic, priority, push type and the provider token are the same on every request: after
     the first they are one index each, and those bytes stay valid until the dynamic table changes
     (an insertion, an eviction, a size update), so they are remembered until then. The values that
     change per request (device path, apns-id, collapse id) come as never-indexed tuples: they never
@@ -99,7 +99,7 @@ class RequestEncoder(Encoder):
 
 
 def request_headers(
-    request: NotificationRequest, host: bytes, topic: bytes, authorization: bytes
+    request: NotificationRequest, host: bytes, apns_topic: bytes, authorization: bytes
 ) -> list[Any]:
     """aioapns's header list and order for a request, as bytes; per-request values never indexed."""
     headers: list[Any] = [
@@ -108,7 +108,7 @@ def request_headers(
         NeverIndexedHeaderTuple(b":path", b"/3/device/" + request.device_token.encode()),
         (b"host", host),
         NeverIndexedHeaderTuple(b"apns-id", request.notification_id.encode()),
-        (b"apns-topic", request.apns_topic.encode() if request.apns_topic else topic),
+        (b"apns-topic", request.apns_topic.encode() if request.apns_topic else apns_topic),
     ]
     if request.time_to_live is not None:
         expiration = str(int(time.time()) + request.time_to_live).encode()
@@ -131,7 +131,7 @@ class _Protocol(APNsTLSClientProtocol):
         self.conn = H2Connection(config=_H2_CONFIG)
         self.conn.encoder = RequestEncoder()
         self._host = self.APNS_SERVER.encode()
-        self._topic = self.apns_topic.encode()
+        self._apns_topic = self.apns_topic.encode()
         self._authorization: tuple[str, bytes] = ("", b"")
 
     def on_data_received(self, raw_data: bytes, stream_id: int) -> None:
@@ -151,7 +151,7 @@ class _Protocol(APNsTLSClientProtocol):
 
     async def _send(self, request: NotificationRequest) -> NotificationResult:
         stream_id = await self.free_channels.acquire()
-        headers = request_headers(request, self._host, self._topic, self._authorization_bytes())
+        headers = request_headers(request, self._host, self._apns_topic, self._authorization_bytes())
         self.conn.send_headers(stream_id=stream_id, headers=headers)
         message: Any = request.message
         # A push's body comes rendered; a message object is written as aioapns writes it.
@@ -194,10 +194,10 @@ class EndpointPool(APNsKeyConnectionPool):
         parts = urlsplit(credentials.endpoint)
         context = ssl.create_default_context(cafile=credentials.ca_file) if credentials.ca_file else None
         super().__init__(
-            key=credentials.key_pem,
-            key_id=credentials.key_id,
-            team_id=credentials.team_id,
-            topic=credentials.bundle_id,
+            credentials.key_pem,
+            credentials.key_id,
+            credentials.team_id,
+            credentials.bundle_id,  # the default apns-topic
             max_connections=max_connections,
             max_connection_attempts=1,
             ssl_context=context,

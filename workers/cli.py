@@ -38,7 +38,7 @@ def _migrate(settings: Settings) -> None:
 
 
 def _api(settings: Settings) -> None:
-    from app.server import serve_api
+    from workers.server import serve_api
 
     if settings.ingest_token and not settings.redis_url:
         _refuse(
@@ -49,7 +49,7 @@ def _api(settings: Settings) -> None:
 
 
 def _worker(settings: Settings) -> None:
-    from app.server import serve_worker
+    from workers.server import serve_worker
 
     if not settings.redis_url:
         _refuse("XMTP_PUSH_REDIS_URL: required by `worker`")
@@ -57,7 +57,7 @@ def _worker(settings: Settings) -> None:
 
 
 def _listen(settings: Settings) -> None:
-    from app.server import serve_listener
+    from workers.server import serve_listener
 
     if not settings.xmtpd_address:
         _refuse("XMTP_PUSH_XMTPD_ADDRESS: required by `listen`")
@@ -67,7 +67,7 @@ def _listen(settings: Settings) -> None:
 
 
 def _dev(settings: Settings) -> None:
-    from app.server import serve_dev
+    from workers.server import serve_dev
 
     _migrate(settings)
     run_loop(settings, serve_dev(settings))
