@@ -7,6 +7,7 @@ of names under the reserved `.invalid` TLD, which never resolve.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 from pathlib import Path
 
@@ -150,6 +151,65 @@ def test_ipv4_mapped_form_in_hex_notation_is_blocked() -> None:
 @pytest.mark.parametrize("address", ALLOWED_V4)
 def test_ipv4_mapped_forms_of_public_v4_addresses_are_allowed(address: str) -> None:
     assert not is_blocked_address(ip(mapped(address)))
+
+
+# Addresses that reach a blocked IPv4 address through an IPv6 form, or that are not globally
+# routable though outside the ranges above (benchmarking, reserved, documentation).
+EMBEDDED_AND_NON_GLOBAL = [
+    "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+    "64:ff9b:1::a00:1",  # local-use NAT64 prefix, 10.0.0.1
+    "2002:7f00:1::",  # 6to4 of 127.0.0.1
+    "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+    "::127.0.0.1",  # IPv4-compatible
+    "::a00:1",  # IPv4-compatible 10.0.0.1, in hex
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo: a client behind 192.0.2.45
+    "198.18.0.1",
+    "198.19.255.254",
+    "240.0.0.1",
+    "192.0.2.1",
+    "198.51.100.7",
+    "203.0.113.9",
+]
+
+
+@pytest.mark.parametrize("address", EMBEDDED_AND_NON_GLOBAL)
+def test_embedded_ipv4_forms_and_non_global_ranges_are_blocked(address: str) -> None:
+    assert is_blocked_address(ip(address))
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "::ffff:8.8.8.8"])
+def test_embedded_forms_of_a_public_ipv4_address_are_allowed(address: str) -> None:
+    assert not is_blocked_address(ip(address))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://[64:ff9b::7f00:1]/h",
+        "https://[2002:7f00:1::]/h",
+        "https://[::127.0.0.1]/h",
+        "https://198.18.0.1/h",
+    ],
+)
+async def test_urls_with_embedded_or_non_global_addresses_are_refused(url: str) -> None:
+    with pytest.raises(UrlNotAllowed):
+        await check_webhook_url(url, UrlPolicy())
+
+
+async def test_this_hosts_own_addresses_are_refused_even_when_public() -> None:
+    own = UrlPolicy(own_addresses=frozenset({"8.8.4.4", "2001:4860:4860::8844"}))
+    for url in ("https://8.8.4.4/h", "https://[2001:4860:4860::8844]/h", "https://[::ffff:8.8.4.4]/h"):
+        with pytest.raises(UrlNotAllowed):
+            await check_webhook_url(url, own)
+    assert (await check_webhook_url("https://8.8.8.8/h", own)).addresses == ("8.8.8.8",)
+
+
+def test_the_policy_from_settings_knows_this_hosts_interface_addresses() -> None:
+    from app.core.config import Settings
+
+    policy = UrlPolicy.from_settings(Settings())
+    assert "127.0.0.1" in policy.own_addresses
+    assert all(ip(a) for a in policy.own_addresses)  # plain addresses, no zone
 
 
 # --- host_allowed --------------------------------------------------------------------------------
@@ -536,11 +596,12 @@ def test_policy_from_settings_copies_the_http_settings() -> None:
         http_allowed_domains="*.Example.org, hooks.example.com",  # type: ignore[arg-type]
         http_allow_private_addresses=True,
     )
-    policy = UrlPolicy.from_settings(settings)
+    # This host's own addresses are read at start-up, apart from the settings.
+    policy = dataclasses.replace(UrlPolicy.from_settings(settings), own_addresses=frozenset())
     assert policy == UrlPolicy(
         allow_insecure=True,
         allowed_domains=("*.example.org", "hooks.example.com"),
         allow_private_addresses=True,
     )
     closed = Settings(http_allow_insecure=False, http_allowed_domains=(), http_allow_private_addresses=False)
-    assert UrlPolicy.from_settings(closed) == UrlPolicy()
+    assert dataclasses.replace(UrlPolicy.from_settings(closed), own_addresses=frozenset()) == UrlPolicy()

@@ -2,9 +2,11 @@
 
 A URL passes when its scheme is https (http only when insecure targets are
 allowed), it has no userinfo, its host is in the allowed domains (when any are
-set) and every address it resolves to is public (unless private targets are
-allowed). The checked addresses are returned so the caller connects to exactly
-those: a name that resolved public at registration can point inward later.
+set) and every address it resolves to is globally routable and not this host's
+own (unless private targets are allowed); an IPv6 address that embeds an IPv4
+one is judged by the IPv4 address. The checked addresses are returned so the
+caller connects to exactly those: a name that resolved public at registration
+can point inward later.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import psutil
+
 from app.core.config import Settings
 
 DNS_TIMEOUT_SECONDS = 5.0
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+# Besides every address that is not globally routable (`is_global`), these: multicast and
+# site-local are "global" to the ipaddress module but never a webhook's address.
 _BLOCKED_V4 = tuple(
     ipaddress.IPv4Network(net)
     for net in (
@@ -41,6 +47,9 @@ _BLOCKED_V6 = tuple(
     ipaddress.IPv6Network(net)
     for net in ("::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8")
 )
+# IPv6 forms that carry an IPv4 address in their last 32 bits: NAT64 (well-known and local-use
+# prefixes) and the deprecated IPv4-compatible form (::a.b.c.d).
+_EMBEDDING_V6 = tuple(ipaddress.IPv6Network(net) for net in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
 
 
 class UrlNotAllowed(Exception):
@@ -56,6 +65,8 @@ class UrlPolicy:
     allow_insecure: bool = False
     allowed_domains: tuple[str, ...] = ()
     allow_private_addresses: bool = False
+    # This host's own addresses, refused like private ones (even when public).
+    own_addresses: frozenset[str] = frozenset()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UrlPolicy:
@@ -63,6 +74,7 @@ class UrlPolicy:
             allow_insecure=settings.http_allow_insecure,
             allowed_domains=settings.http_allowed_domains,
             allow_private_addresses=settings.http_allow_private_addresses,
+            own_addresses=local_addresses(),
         )
 
 
@@ -119,11 +131,35 @@ def host_allowed(host: str, allowed_domains: Iterable[str]) -> bool:
 
 
 def is_blocked_address(address: IPAddress) -> bool:
+    """True unless the address is globally routable. An IPv6 address that carries an IPv4 one
+    (mapped, compatible, 6to4, Teredo, NAT64) is judged by the IPv4 address it reaches."""
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return is_blocked_address(address.ipv4_mapped)
-        return any(address in net for net in _BLOCKED_V6)
-    return any(address in net for net in _BLOCKED_V4)
+        embedded = embedded_ipv4(address)
+        if embedded:
+            return any(is_blocked_address(v4) for v4 in embedded)
+        return not address.is_global or any(address in net for net in _BLOCKED_V6)
+    return not address.is_global or any(address in net for net in _BLOCKED_V4)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to, by the forms that embed one."""
+    found = [v4 for v4 in (address.ipv4_mapped, address.sixtofour) if v4 is not None]
+    if address.teredo is not None:
+        found.extend(address.teredo)  # the relay server and the client behind it
+    if any(address in net for net in _EMBEDDING_V6):
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return found
+
+
+def local_addresses() -> frozenset[str]:
+    """This host's own interface addresses (a webhook aimed at one reaches our own services),
+    with any IPv6 zone dropped. Read once at start-up."""
+    addresses = set()
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            if entry.family in (socket.AF_INET, socket.AF_INET6):
+                addresses.add(str(ipaddress.ip_address(entry.address.split("%", 1)[0])))
+    return frozenset(addresses)
 
 
 # The checks below run before every delivery attempt. The pure parts (URL syntax
@@ -219,5 +255,15 @@ def _checked_literal(url: str, policy: UrlPolicy) -> CheckedWebhook | None:
 
 
 def _refuse_blocked(addresses: tuple[str, ...], policy: UrlPolicy) -> None:
-    if not policy.allow_private_addresses and any(_address_blocked(a) for a in addresses):
+    if policy.allow_private_addresses:
+        return
+    if any(_address_blocked(a) or _reaches(a, policy.own_addresses) for a in addresses):
         raise UrlNotAllowed
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _reaches(address: str, own_addresses: frozenset[str]) -> bool:
+    """Whether the address is one of this host's own, directly or through an embedded IPv4 form."""
+    parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    forms = [parsed, *embedded_ipv4(parsed)] if isinstance(parsed, ipaddress.IPv6Address) else [parsed]
+    return any(str(form) in own_addresses for form in forms)
