@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
+from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
 from app.api.calls import METHODS, Method, invoke
 from app.api.openapi_schema import message_schema
 from app.core.errors import Code, DomainError
@@ -34,6 +35,10 @@ HTTP_STATUS = {
     Code.DEADLINE_EXCEEDED: 504,
 }
 MAX_TIMEOUT_DIGITS = 10
+# As gRPC's default receive limit: the same request is refused the same way over both transports.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+TOO_LARGE = DomainError(Code.RESOURCE_EXHAUSTED, "request body is larger than 4 MiB")
+TOO_SLOW = DomainError(Code.DEADLINE_EXCEEDED, "request body did not arrive in time")
 
 router = APIRouter(tags=["xmtp.backend.v1.NotificationService"])
 
@@ -76,9 +81,16 @@ def _endpoint(method: Method) -> Callable[[Request], Awaitable[Response]]:
         content_type = _content_type(request)
         if content_type not in (JSON, PROTO):
             return Response(status_code=415, headers={"Accept-Post": f"{JSON}, {PROTO}"})
-        decode = _decoder(await request.body(), content_type)
+        runtime = request.app.state.runtime
         try:
-            reply = await invoke(request.app.state.runtime, method, decode, _timeout_seconds(request))
+            body = await read_body(request, MAX_BODY_BYTES, runtime.settings.request_timeout_seconds)
+        except BodyTooLarge:
+            return error_response(TOO_LARGE)
+        except BodyTooSlow:
+            return error_response(TOO_SLOW)
+        decode = _decoder(body, content_type)
+        try:
+            reply = await invoke(runtime, method, decode, _timeout_seconds(request))
         except DomainError as error:
             return error_response(error)
         return _render(reply, content_type)

@@ -9,11 +9,11 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
 from app.envelopes.parsing import MAX_BATCH, EnvelopeError, parse_json_batch, parse_server_envelope
 from app.envelopes.types import Envelope
 from app.fanout.service import enqueue_envelopes
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
 PROTOBUF = "application/x-protobuf"
 
 router = APIRouter(tags=["ingest"])
@@ -66,7 +66,8 @@ _OPENAPI = {
         "400": {"description": "an envelope is malformed; the error names the field; nothing was queued"},
         "401": {"description": "missing or wrong bearer token"},
         "404": {"description": "ingest is disabled (no XMTP_PUSH_INGEST_TOKEN)"},
-        "413": {"description": "body over 4 MiB"},
+        "408": {"description": "the body did not arrive within the request timeout"},
+        "413": {"description": "body over XMTP_PUSH_INGEST_MAX_BODY_BYTES (4 MiB by default)"},
         "415": {"description": "unsupported content type"},
         "503": {"description": "the queue is unavailable; nothing was queued"},
     },
@@ -91,10 +92,15 @@ async def ingest(request: Request) -> JSONResponse:
     if not _authorized(request, token):
         log.warning("ingest refused: bearer token is missing or not valid")
         return _error(401, "bearer token is missing or not valid")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        log.info("ingest refused: body of %d bytes is over 4 MiB", len(body))
-        return _error(413, "body is larger than 4 MiB")
+    settings = runtime.settings
+    try:
+        body = await read_body(request, settings.ingest_max_body_bytes, settings.request_timeout_seconds)
+    except BodyTooLarge:
+        log.info("ingest refused: body over %d bytes", settings.ingest_max_body_bytes)
+        return _error(413, f"body is larger than {settings.ingest_max_body_bytes} bytes")
+    except BodyTooSlow:
+        log.info("ingest refused: the body did not arrive in time")
+        return _error(408, "body did not arrive in time")
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     try:
         envelopes = _parse(body, content_type)
@@ -130,4 +136,6 @@ def _parse(body: bytes, content_type: str) -> list[Envelope]:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise EnvelopeError("body: is not valid JSON") from None
+    except RecursionError:  # the parser's nesting bound (the interpreter's recursion limit)
+        raise EnvelopeError("body: JSON is nested too deeply") from None
     return parse_json_batch(document)

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     grpc_port: int = Field(50051, ge=0, le=65535)
     ingest_token: str | None = None
+    # The largest POST /v1/envelopes body taken in; a larger one is refused while it streams.
+    ingest_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # uvloop runs the long-running processes' event loops (where installed); "asyncio" is the standard one.
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"

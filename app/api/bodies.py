@@ -1,0 +1,44 @@
+"""Request bodies read with a bound on size and time, while they stream in.
+
+A declared Content-Length over the limit is refused before anything is read; a body that streams
+past the limit is refused at the chunk that crosses it, so a client can make the process hold at
+most `limit` bytes of its body. A body that trickles is given up after `seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import Request
+
+
+class BodyTooLarge(Exception):
+    """The body is over the route's limit; nothing of it was used."""
+
+
+class BodyTooSlow(Exception):
+    """The body did not arrive within the route's time bound."""
+
+
+def declared_length(request: Request) -> int | None:
+    raw = request.headers.get("content-length", "")
+    return int(raw) if raw.isdigit() else None
+
+
+async def read_body(request: Request, limit: int, seconds: float) -> bytes:
+    """The whole body, or BodyTooLarge / BodyTooSlow."""
+    declared = declared_length(request)
+    if declared is not None and declared > limit:
+        raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyTooSlow from None
+    return b"".join(chunks)
