@@ -29,6 +29,9 @@ from app.delivery.url_policy import (
 )
 
 GONE = Outcome(OutcomeKind.DEAD, confirm_by_retry=True)
+# A receiver's answer is read up to this much (the status is what counts); a longer one ends
+# the connection rather than being read on, so a huge answer costs nothing.
+MAX_ANSWER_BYTES = 4096
 # Status -> outcome. Ranges are checked after exact codes.
 STATUS_OUTCOMES: dict[int, Outcome] = {404: GONE, 410: GONE}
 RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
@@ -61,6 +64,18 @@ def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> 
         "webhook-timestamp": stamp,
         "webhook-signature": "v1," + base64.b64encode(mac).decode(),
     }
+
+
+async def _read_answer(response: aiohttp.ClientResponse) -> None:
+    """Read up to MAX_ANSWER_BYTES of the answer; drop the connection if more is coming."""
+    left = MAX_ANSWER_BYTES
+    while left > 0:
+        chunk = await response.content.read(left)
+        if not chunk:
+            return
+        left -= len(chunk)
+    if not response.content.at_eof():
+        response.close()
 
 
 class PinnedResolver(AbstractResolver):
@@ -126,7 +141,7 @@ class WebhookProvider:
                 async with self._session.post(
                     push.address, data=body, headers=headers, allow_redirects=False
                 ) as response:
-                    await response.read()
+                    await _read_answer(response)
                     return outcome_for_status(response.status)
         except TRANSIENT_ERRORS:
             return TRANSIENT
