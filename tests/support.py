@@ -21,7 +21,7 @@ from app.core.migrations import upgrade
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.runtime import Runtime, open_runtime
 from app.server import running_api
-from tests import keys
+from app.testing import keys
 
 POSTGRES_ADMIN_DSN = os.environ.get(
     "XMTP_PUSH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -1,7 +1,7 @@
 """The APNs channel on the wire: ApnsProvider (aioapns underneath) against a local HTTP/2 APNs.
 
 Nothing of ours is replaced: the provider, aioapns, h2 and TLS run for real; only Apple's server is
-the fake in tests/fake_apns.py, which records every header and body and answers per device token.
+the fake in app/testing/fake_apns.py, which records every header and body and answers per device token.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from app.core.config import Settings, SettingsError
 from app.delivery.credentials import apns_credentials
 from app.delivery.providers.apns import ApnsProvider, SharedToken
 from app.delivery.types import Hint, OutcomeKind, Target
-from tests import keys
-from tests.fake_apns import FakeApns, Reply, TlsFiles, make_tls_files
+from app.testing import keys
+from app.testing.fake_apns import FakeApns, Reply, TlsFiles, make_tls_files
 from tests.support import make_settings
 
 NO_DATABASE = "sqlite+aiosqlite:///unused.db"

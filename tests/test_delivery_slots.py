@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 
 from app.delivery.types import DELIVERED, Hint, Outcome, Target
+from app.testing.webhook_receiver import Receiver
 from tests import pipeline_support
-from tests.pipeline_support import Receiver, envelope, group_topic, running_pipeline, wait_until
+from tests.pipeline_support import envelope, group_topic, running_pipeline, wait_until
 from workers.delivery import DeliveryWorker
 from workers.fanout import run_fanout
 
