@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import gc
 import math
 import os
 import platform
 import secrets
-import signal
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -101,20 +99,6 @@ def format_ms(summary: dict[str, float]) -> str:
         f"p50 {summary['p50']:.2f} ms  p90 {summary['p90']:.2f} ms  p99 {summary['p99']:.2f} ms  "
         f"max {summary['max']:.2f} ms  (mean {summary['mean']:.2f} ms, n={int(summary['n'])})"
     )
-
-
-def die_with_parent() -> None:
-    """preexec_fn for the benchmark's child processes: the kernel sends SIGTERM to the child when
-    the benchmark process dies, however it dies. A worker left behind by a killed run would go on
-    consuming the next run's Redis DB against a dropped database."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: children may outlive a killed run
-        pass
-
-
-PR_SET_PDEATHSIG = 1
 
 
 @contextmanager

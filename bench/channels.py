@@ -4,8 +4,8 @@
                              [--mode {redis,memory}] [--concurrency C]
 
 One run:
-1. starts the local fake in a separate process: `python -m tests.fake_apns` (TLS + HTTP/2, h2) or
-   `python -m tests.fake_fcm` (FCM HTTP v1 + OAuth token endpoint, plain HTTP/1.1); both answer 200
+1. starts the local fake in a separate process: `python -m app.testing.fake_apns` (TLS + HTTP/2, h2) or
+   `python -m app.testing.fake_fcm` (FCM HTTP v1 + OAuth token endpoint, plain HTTP/1.1); both answer 200
    to every `ok.*` token and keep only counters, (token, body) pairs and the time of the last request;
 2. the *bare loop*, in this process: the same library the backend uses, driven directly, sends N
    notifications (the same body shape, M tokens) to that fake with C in flight: aioapns' `APNs` client
@@ -51,6 +51,9 @@ import grpc
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from app.testing import keys
+from bench._proc import load_average
+from bench._processes import Proc, start_process, stop_process
 from bench._results import Results
 from bench._results import verdict as meets
 from bench._support import (
@@ -60,8 +63,7 @@ from bench._support import (
     run_on_fastest_loop,
     service_collector,
 )
-from bench.pipeline import CpuWindow, Ingestor, Proc, running_backend, start_process, stop_process
-from tests import keys
+from bench.pipeline import CpuWindow, Ingestor, running_backend
 
 RATIO_TARGET = 0.70
 BUNDLE_ID, KEY_ID, TEAM_ID = "org.example.bench", "BENCHKEY01", "BENCHTEAM1"
@@ -109,15 +111,15 @@ class Fake:
 async def running_fake(channel: str) -> AsyncIterator[Fake]:
     folder = tempfile.mkdtemp(prefix="bench-fake-")
     if channel == "apns":
-        command = [sys.executable, "-m", "tests.fake_apns", "--tls-dir", folder]
-        proc = await start_process("fake-apns", command, dict(os.environ), _APNS_READY, "stdout")
+        command = [sys.executable, "-m", "app.testing.fake_apns", "--tls-dir", folder]
+        proc = await start_process("fake-apns", command, dict(os.environ), _APNS_READY)
         fake = Fake(
             proc, int(proc.match.group(1)), f"http://127.0.0.1:{proc.match.group(2)}", proc.match.group(3)
         )
         described = f"TLS + HTTP/2 (h2) on {fake.send_port}"
     else:
-        command = [sys.executable, "-m", "tests.fake_fcm"]
-        proc = await start_process("fake-fcm", command, dict(os.environ), _FCM_READY, "stdout")
+        command = [sys.executable, "-m", "app.testing.fake_fcm"]
+        proc = await start_process("fake-fcm", command, dict(os.environ), _FCM_READY)
         port = int(proc.match.group(1))
         fake = Fake(proc, port, f"http://127.0.0.1:{port}")
         described = f"HTTP/1.1 (aiohttp) on {port}, OAuth token endpoint /token"
@@ -534,7 +536,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def amain(args: argparse.Namespace) -> int:
     print(environment_line())
-    print("host load average at start: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    print(f"host load average at start: {load_average()}")
     topics = [b"\x00" + secrets.token_bytes(16) for _ in range(args.topics)]
     per_topic = args.recipients // args.topics
     count = -(-args.hints // per_topic)  # envelopes

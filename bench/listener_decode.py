@@ -2,7 +2,7 @@
 
     python -m bench.listener_decode [--envelopes 200000] [--repeat 3] [--redis-db 14] [--no-redis] [--no-e2e]
 
-Builds a corpus of realistic OriginatorEnvelopes with the real nested layers (tests/fake_xmtpd.py
+Builds a corpus of realistic OriginatorEnvelopes with the real nested layers (app/testing/fake_xmtpd.py
 builders): mostly group messages (an MLS PrivateMessage of about 200 bytes, a 32-byte sender_hmac,
 should_push), some commits (PublicMessage from originator 0 with a blockchain proof), welcomes,
 identity updates and key packages, from a few originators with their own sequence ids. They are packed
@@ -15,7 +15,7 @@ Measured, each over the whole corpus, best of --repeat runs:
 - `redis`: the same with RedisQueue on Redis DB --redis-db (default 14; FLUSHDB before and after; the
   run refuses a DB that holds keys other than this project's `xmtp-push:*` or that another client has
   selected).
-- `e2e`: a fake xmtpd (tests.fake_xmtpd.FakeXmtpd) in a subprocess streams the corpus over a real
+- `e2e`: a fake xmtpd (app.testing.fake_xmtpd.FakeXmtpd) in a subprocess streams the corpus over a real
   port to the real `run_listener` (in-process queue) in this process; from the first envelope counted
   until all are counted by the listener and every pushable one is on the queue.
 
@@ -49,11 +49,9 @@ from app.core.migrations import upgrade
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.queue.base import ENVELOPES
 from app.runtime import Runtime, open_runtime
-from bench._results import Results
-from bench._results import verdict as meets
-from bench._support import environment_line
-from tests.fake_xmtpd import (
+from app.testing.fake_xmtpd import (
     APPLICATION,
+    FakeXmtpd,
     Item,
     commit_message,
     group_message,
@@ -64,6 +62,9 @@ from tests.fake_xmtpd import (
     welcome_message,
     welcome_topic,
 )
+from bench._results import Results
+from bench._results import verdict as meets
+from bench._support import environment_line
 from workers.listener import Listener, run_listener
 
 TARGET_PER_SECOND = 20_000
@@ -297,8 +298,6 @@ async def bench_e2e(corpus: Corpus, corpus_file: Path) -> tuple[float, float, in
 
 async def serve(corpus_file: Path) -> None:
     """The fake node: the whole corpus on the first stream, right after its empty first response."""
-    from tests.fake_xmtpd import FakeXmtpd
-
     responses = [api.SubscribeEnvelopesResponse.FromString(raw) for raw in read_corpus(corpus_file)]
     async with FakeXmtpd(keepalive_seconds=5.0) as fake:
         print(f"port {fake.port}", flush=True)

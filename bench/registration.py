@@ -20,10 +20,9 @@ import asyncio
 import collections
 import contextlib
 import gc
+import math
 import os
-import re
 import secrets
-import shutil
 import signal
 import sys
 import time
@@ -37,12 +36,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from bench._proc import host_busy_cpus, host_cpu, load_average, process_cpu_seconds
+from bench._processes import SERVING, server_env, start_process, stop_process, xmtp_push_command
 from bench._results import Results
 from bench._results import verdict as meets
 from bench._support import (
     DEFAULT_ADMIN_DSN,
     bench_database,
-    die_with_parent,
     environment_line,
     format_ms,
     server_version,
@@ -53,42 +53,14 @@ REGISTER_P99_TARGET_MS = 15.0
 UPDATE_P99_TARGET_MS = 50.0
 WEBHOOK_URL = "http://127.0.0.1:9/hook"
 CALL_TIMEOUT_S = 30.0
-_SERVING = re.compile(r"serving HTTP on port (\d+) and gRPC on port (\d+)")
 
 
 # --------------------------------------------------------------------------- CPU accounting
 
 
-def _clock_ticks() -> int:
-    return os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """user+system CPU of a process (not its children), from /proc."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _clock_ticks()
-
-
-def load_average() -> str:
-    with open("/proc/loadavg") as handle:
-        return " ".join(handle.read().split()[:3])
-
-
-def host_cpu_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole host, from /proc/stat."""
-    with open("/proc/stat") as handle:
-        values = [int(v) for v in handle.readline().split()[1:]]
-    idle = values[3] + values[4]
-    total = sum(values[:8])
-    return float(total - idle), float(total)
-
-
 def _cpu_or_zero(pid: int) -> float:
-    try:
-        return process_cpu_seconds(pid)
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return 0.0
+    seconds = process_cpu_seconds(pid)
+    return 0.0 if math.isnan(seconds) else seconds
 
 
 async def backend_pids(admin_dsn: str, database: str) -> list[int]:
@@ -117,23 +89,23 @@ class CpuWindow:
     postgres: float = 0.0
     host_busy: float = 0.0
     _start: tuple[float, ...] = ()
+    _host_start: tuple[float, float] = (0.0, 0.0)
     _pg_start: dict[int, float] = field(default_factory=dict)
 
     async def start(self) -> None:
         self._pg_start = {pid: _cpu_or_zero(pid) for pid in await backend_pids(self.admin_dsn, self.database)}
-        busy, total = host_cpu_busy()
-        self._start = (time.monotonic(), time.process_time(), _cpu_or_zero(self.server_pid), busy, total)
+        self._host_start = host_cpu()
+        self._start = (time.monotonic(), time.process_time(), _cpu_or_zero(self.server_pid))
 
     async def stop(self) -> None:
-        busy, total = host_cpu_busy()
-        wall0, client0, server0, busy0, total0 = self._start
+        host = host_cpu()
+        wall0, client0, server0 = self._start
         self.wall = time.monotonic() - wall0
         self.client = time.process_time() - client0
         self.server = _cpu_or_zero(self.server_pid) - server0
         pids = set(self._pg_start) | set(await backend_pids(self.admin_dsn, self.database))
         self.postgres = sum(_cpu_or_zero(pid) - self._pg_start.get(pid, 0.0) for pid in pids)
-        ticks_per_cpu = (total - total0) / (os.cpu_count() or 1)
-        self.host_busy = (busy - busy0) / max(1.0, ticks_per_cpu)  # in CPUs
+        self.host_busy = host_busy_cpus(self._host_start, host)
 
     def unrelated(self, same_process: bool) -> float:
         """CPUs kept busy, on average, by processes other than this benchmark's."""
@@ -162,31 +134,6 @@ class CpuWindow:
 # --------------------------------------------------------------------------- the server under test
 
 
-def server_environment(database_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XMTP_PUSH_")}
-    env.update(
-        {
-            "XMTP_PUSH_DATABASE_URL": database_url,
-            "XMTP_PUSH_HTTP_HOST": "127.0.0.1",
-            "XMTP_PUSH_HTTP_PORT": "0",
-            "XMTP_PUSH_GRPC_HOST": "127.0.0.1",
-            "XMTP_PUSH_GRPC_PORT": "0",
-            "XMTP_PUSH_HTTP_ENABLED": "true",
-            "XMTP_PUSH_HTTP_ALLOW_INSECURE": "true",
-            "XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES": "true",
-        }
-    )
-    return env
-
-
-def _server_command() -> list[str]:
-    script = os.path.join(os.path.dirname(sys.executable), "xmtp-push")
-    if os.path.exists(script):
-        return [script, "api"]
-    found = shutil.which("xmtp-push")
-    return [found, "api"] if found else [sys.executable, "-m", "workers.cli", "api"]
-
-
 @dataclass
 class Server:
     grpc_port: int
@@ -199,62 +146,23 @@ class Server:
 async def subprocess_server(database_url: str, source: str | None = None) -> AsyncIterator[Server]:
     """`xmtp-push api` in its own process; with `source`, the app package of that source tree instead
     (for comparing builds: `python -m workers.cli api` run there, on this interpreter)."""
-    env = server_environment(database_url)
+    env = server_env(database_url)
     if source:
         command = [sys.executable, "-m", "workers.cli", "api"]
         env["PYTHONPATH"] = source
     else:
-        command = _server_command()
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        cwd=source,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        preexec_fn=die_with_parent,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    tail: collections.deque[str] = collections.deque(maxlen=40)
-    ports: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-
-    async def drain() -> None:
-        assert process.stderr is not None
-        async for raw in process.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            tail.append(line)
-            match = _SERVING.search(line)
-            if match and not ports.done():
-                ports.set_result((int(match.group(1)), int(match.group(2))))
-        if not ports.done():
-            ports.set_exception(RuntimeError("server exited before serving"))
-
-    drainer = asyncio.create_task(drain())
+        command = [*xmtp_push_command(), "api"]
+    proc = await start_process("api", command, env, SERVING, cwd=source)
     try:
-        try:
-            _, grpc_port = await asyncio.wait_for(ports, timeout=30)
-        except Exception:
-            print("server log tail:\n" + "\n".join(tail), file=sys.stderr)
-            raise
         yield Server(
-            grpc_port,
-            process.pid,
-            f"subprocess `{' '.join(os.path.basename(c) for c in command)}` (pid {process.pid})"
+            int(proc.match.group(2)),
+            proc.pid,
+            f"subprocess `{' '.join(os.path.basename(c) for c in command)}` (pid {proc.pid})"
             f"{f' from {source}' if source else ''}, its own interpreter and event loop",
             same_process=False,
         )
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), timeout=20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        await asyncio.gather(drainer, return_exceptions=True)
-        errors = [line for line in tail if " ERROR " in line or "Traceback" in line]
-        if errors:
-            print("server reported errors:\n" + "\n".join(tail), file=sys.stderr)
+        await stop_process(proc)
 
 
 @contextlib.asynccontextmanager
@@ -303,12 +211,10 @@ async def wait_for_quiet_host(args: argparse.Namespace, phase: str) -> None:
     if args.quiet_below is None:
         return
     deadline = time.monotonic() + args.quiet_wait
-    cpus = os.cpu_count() or 1
     while True:
-        busy0, total0 = host_cpu_busy()
+        before = host_cpu()
         await asyncio.sleep(2.0)
-        busy1, total1 = host_cpu_busy()
-        busy = (busy1 - busy0) / max(1.0, (total1 - total0) / cpus)
+        busy = host_busy_cpus(before, host_cpu())
         if busy < args.quiet_below:
             print(
                 f"quiet check before {phase}: host {busy:.2f} CPUs busy while idle (< {args.quiet_below:g}): go"

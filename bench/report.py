@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench._proc import load_average
 from bench._support import DEFAULT_ADMIN_DSN
 from bench.suite import ROOT, StepRun, verdict_counts
 
@@ -38,10 +39,6 @@ def memory() -> str:
     if not total:
         return "unknown"
     return f"{int(total.split()[0]) / 2**20:.1f} GiB"
-
-
-def load_average() -> str:
-    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def postgres_version(dsn: str = DEFAULT_ADMIN_DSN) -> str:

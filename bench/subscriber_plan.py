@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.config import Settings
 from app.recipients import repository
 from app.runtime import open_runtime
+from bench._proc import load_average
 from bench._results import Results
 from bench._results import verdict as meets
 from bench._support import (
@@ -51,7 +52,7 @@ from bench._support import (
     server_version,
     summarize_ms,
 )
-from bench.registration import CpuWindow, load_average
+from bench.registration import CpuWindow
 
 PK_INDEX = "pk_subscriptions"
 CHANNEL_APNS, CHANNEL_FCM, CHANNEL_HTTP = 1, 2, 3

@@ -21,10 +21,11 @@ import pytest
 from app.ops.stats import collect_stats
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from tests import keys
-from tests.fake_apns import FakeApns, TlsFiles, make_tls_files
-from tests.fake_fcm import FakeFcm
-from tests.pipeline_support import Pipeline, Receiver, envelope, group_topic
+from app.testing import keys
+from app.testing.fake_apns import FakeApns, TlsFiles, make_tls_files
+from app.testing.fake_fcm import FakeFcm
+from app.testing.webhook_receiver import Receiver
+from tests.pipeline_support import Pipeline, envelope, group_topic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_TIMEOUT = 60.0

@@ -1,7 +1,7 @@
 """The APNs channel on the wire: ApnsProvider (aioapns underneath) against a local HTTP/2 APNs.
 
 Nothing of ours is replaced: the provider, aioapns, h2 and TLS run for real; only Apple's server is
-the fake in tests/fake_apns.py, which records every header and body and answers per device token.
+the fake in app/testing/fake_apns.py, which records every header and body and answers per device token.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from app.delivery.providers.apns import ApnsProvider, SharedToken
 from app.delivery.types import OutcomeKind
 from app.fanout.hints import Hint, apns_push
 from app.recipients.types import Target
-from tests import keys
-from tests.fake_apns import FakeApns, Reply, TlsFiles, make_tls_files
+from app.testing import keys
+from app.testing.fake_apns import FakeApns, Reply, TlsFiles, make_tls_files
 from tests.support import make_settings
 
 NO_DATABASE = "sqlite+aiosqlite:///unused.db"

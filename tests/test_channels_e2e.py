@@ -2,8 +2,9 @@
 
 The real runtime (PostgreSQL, Redis DB 7), the HTTP and gRPC APIs and `workers.runner.run_workers`
 run as in production; recipients register over gRPC and envelopes come in over `POST /v1/envelopes`.
-Only the remote ends are stand-ins: the local APNs (tests/fake_apns.py), the local FCM and OAuth
-token endpoint (tests/fake_fcm.py) and a webhook receiver that checks signatures.
+Only the remote ends are stand-ins: the local APNs (app/testing/fake_apns.py), the local FCM and OAuth
+token endpoint (app/testing/fake_fcm.py) and a webhook receiver that checks signatures
+(app/testing/webhook_receiver.py).
 """
 
 from __future__ import annotations
@@ -16,27 +17,26 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import httpx
 import pytest
-from aiohttp import web
 from redis.asyncio import Redis
 from sqlalchemy import select
-from standardwebhooks.webhooks import Webhook
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.models import Recipient
 from app.runtime import Runtime, open_runtime
-from tests.fake_apns import FakeApns, TlsFiles, make_tls_files
-from tests.fake_apns import Reply as ApnsReply
-from tests.fake_fcm import FakeFcm
-from tests.fake_fcm import Reply as FcmReply
-from tests.keys import service_account
+from app.testing.fake_apns import FakeApns, TlsFiles, make_tls_files
+from app.testing.fake_apns import Reply as ApnsReply
+from app.testing.fake_fcm import FakeFcm
+from app.testing.fake_fcm import Reply as FcmReply
+from app.testing.keys import service_account
+from app.testing.webhook_receiver import Receiver
 from tests.pipeline_support import exclusive_redis_db
 from tests.support import clear_tables, make_settings
 from workers.server import running_api
@@ -75,48 +75,10 @@ def fcm_server() -> Iterator[FakeFcm]:
         yield fake
 
 
-@dataclass
-class Hook:
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    """Webhook receiver: records each request and checks its Standard Webhooks signature."""
-
-    port: int = 0
-    hooks: list[Hook] = field(default_factory=list)
-    keys: dict[str, bytes] = field(default_factory=dict)  # path -> signing key
-    bad_signatures: int = 0
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{path}"
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        try:
-            Webhook(self.keys[request.match_info["path"]]).verify(body, headers)
-        except Exception:
-            self.bad_signatures += 1
-            return web.Response(status=400)
-        self.hooks.append(Hook(headers, body))
-        return web.Response(status=200)
-
-
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:
-    hooks = Receiver()
-    app = web.Application()
-    app.add_routes([web.post("/{path}", hooks.handle)])
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    hooks.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield hooks
-    await runner.cleanup()
+    async with Receiver() as started:
+        yield started
 
 
 # --------------------------------------------------------------------------- the pipeline
@@ -150,9 +112,8 @@ class Pipeline:
         return await self.subscribed(await self.register(fcm=pb.FcmDelivery(token=token)), topics)
 
     async def webhook(self, receiver: Receiver, *topics: bytes) -> Member:
-        path, key = secrets.token_hex(4), secrets.token_bytes(32)
-        receiver.keys[path] = key
-        member = await self.register(http=pb.HttpDelivery(url=receiver.url(path), signing_key=key))
+        endpoint = receiver.endpoint()
+        member = await self.register(http=pb.HttpDelivery(url=endpoint.url, signing_key=endpoint.key))
         return await self.subscribed(member, topics)
 
     async def subscribed(self, member: Member, topics: tuple[bytes, ...]) -> Member:
@@ -289,7 +250,7 @@ async def test_hints_arrive_on_every_channel_with_the_exact_payloads(
 
         await pipe.ingest(topic, 9_007_199_254_740_993)
         await eventually(
-            lambda: apns_server.count == 1 and fcm_server.count == 1 and len(receiver.hooks) == 1
+            lambda: apns_server.count == 1 and fcm_server.count == 1 and len(receiver.all_requests()) == 1
         )
         await pipe.settled()
 
@@ -318,11 +279,11 @@ async def test_hints_arrive_on_every_channel_with_the_exact_payloads(
         }
     }
 
-    [hook] = receiver.hooks
+    [hook] = receiver.all_requests()
     recipient = hook_member.rid.hex()
     expected = f'{{"topic":"{b64(topic)}","sequence_id":"9007199254740993","recipient_id":"{recipient}"}}'
     assert hook.body == expected.encode()
-    assert receiver.bad_signatures == 0
+    assert receiver.failures == []
 
 
 async def test_dead_tokens_delete_only_their_recipients(
@@ -399,7 +360,7 @@ async def test_fcm_quota_pauses_fcm_only(
         # The quota answer is in once its retry is scheduled (120 s away): the channel is paused.
         await eventually(lambda: _delayed(queue), what="the quota retry")
         await pipe.ingest(second, 2)
-        await eventually(lambda: apns_server.count == 1 and len(receiver.hooks) == 1, timeout=5)
+        await eventually(lambda: apns_server.count == 1 and len(receiver.all_requests()) == 1, timeout=5)
         await asyncio.sleep(1.5)  # longer than a worker's read loop (1 s) takes to look again
         assert [r.token for r in fcm_server.requests] == ["quota.p"]
         # Both FCM hints wait for the pause to end: the quota retry, and the second one, still on the
@@ -427,7 +388,7 @@ async def test_an_apns_outage_leaves_fcm_and_webhooks_flowing(
         started = time.monotonic()
         for sequence_id, topic in enumerate(topics, 1):
             await pipe.ingest(topic, sequence_id)
-        await eventually(lambda: fcm_server.count == 3 and len(receiver.hooks) == 3, timeout=5)
+        await eventually(lambda: fcm_server.count == 3 and len(receiver.all_requests()) == 3, timeout=5)
         assert time.monotonic() - started < 4.0  # not behind the APNs attempts (5 s timeouts, 4 slots)
         if outage == "silent":
             assert 0 < apns_server.count <= 4, apns_server.failures  # the APNs worker is stuck on its 4 slots

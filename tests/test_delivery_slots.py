@@ -14,8 +14,9 @@ import json
 
 from app.delivery.types import DELIVERED, Outcome, Push
 from app.recipients.targets import RecipientTargets
+from app.testing.webhook_receiver import Receiver
 from tests import pipeline_support
-from tests.pipeline_support import Receiver, envelope, group_topic, running_pipeline, wait_until
+from tests.pipeline_support import envelope, group_topic, running_pipeline, wait_until
 from workers.delivery import DeliveryWorker
 from workers.fanout import run_fanout
 

@@ -1,7 +1,7 @@
 """The FCM channel on the wire: FcmProvider (firebase-admin underneath) against a local FCM.
 
 Nothing of ours is replaced: the provider, firebase-admin, google-auth and httpx run for real; only
-Google's two endpoints (OAuth token, FCM v1 send) are the fake in tests/fake_fcm.py.
+Google's two endpoints (OAuth token, FCM v1 send) are the fake in app/testing/fake_fcm.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from app.delivery.providers.fcm import FcmProvider
 from app.delivery.types import OutcomeKind
 from app.fanout.hints import Hint, fcm_push
 from app.recipients.types import Target
-from tests import keys
-from tests.fake_fcm import FakeFcm, Reply
+from app.testing import keys
+from app.testing.fake_fcm import FakeFcm, Reply
 from tests.support import make_settings
 
 NO_DATABASE = "sqlite+aiosqlite:///unused.db"

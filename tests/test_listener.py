@@ -2,16 +2,15 @@
 webhooks to a local receiver.
 
 Spec: xmtpd.md (firehose, catch-up, ids, commit detection), operations.md (XMTPD_* settings, listener
-metrics). Each test runs, in this event loop: `tests.fake_xmtpd.FakeXmtpd` on a real port, the real
-`workers.listener.run_listener` with the in-process queue, `workers.runner.run_workers`, the real API
-(recipients register and subscribe over gRPC with HTTP delivery) and an aiohttp receiver that verifies
-every webhook with `standardwebhooks`. Hints are counted by (topic, sequence_id) per recipient.
+metrics). Each test runs, in this event loop: `app.testing.fake_xmtpd.FakeXmtpd` on a real port, the
+real `workers.listener.run_listener` with the in-process queue, `workers.runner.run_workers`, the real
+API (recipients register and subscribe over gRPC with HTTP delivery) and an aiohttp receiver that
+verifies every webhook with `standardwebhooks`. Hints are counted by (topic, sequence_id) per recipient.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import secrets
 import time
@@ -22,17 +21,15 @@ from typing import Any
 
 import grpc
 import pytest
-from aiohttp import web
 from prometheus_client import REGISTRY
 from sqlalchemy import text
-from standardwebhooks.webhooks import Webhook
 
 from app.network import repository
 from app.proto.xmtp.backend.v1 import notification_pb2 as npb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.base import ENVELOPES, delivery_stream
 from app.runtime import Runtime, open_runtime
-from tests.fake_xmtpd import (
+from app.testing.fake_xmtpd import (
     COMMIT,
     SENDER_EXTERNAL,
     SENDER_MEMBER,
@@ -51,6 +48,7 @@ from tests.fake_xmtpd import (
     welcome_message,
     welcome_topic,
 )
+from app.testing.webhook_receiver import Receiver
 from tests.support import clear_tables, make_settings
 from workers.listener import PAGE_LIMIT, run_listener
 from workers.runner import run_workers
@@ -101,52 +99,9 @@ class Member:
     key: bytes
 
 
-class Receiver:
-    """Verifies every request with standardwebhooks and records (topic, sequence_id) per path."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, bytes] = {}
-        self.hints: dict[str, list[tuple[bytes, int]]] = {}
-        self.failures: list[str] = []
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    async def __aenter__(self) -> Receiver:
-        app = web.Application()
-        app.router.add_post("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def endpoint(self) -> tuple[str, bytes]:
-        path = f"/hook/{secrets.token_hex(6)}"
-        self.keys[path] = secrets.token_bytes(32)
-        self.hints[path] = []
-        return path, self.keys[path]
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        key = self.keys.get(request.path)
-        if key is None:
-            self.failures.append(f"stray request to {request.path}")
-            return web.Response(status=404)
-        try:
-            payload = Webhook(key).verify(body, {k.lower(): v for k, v in request.headers.items()})
-        except Exception as error:
-            self.failures.append(f"{request.path}: {error}")
-            return web.Response(status=400)
-        self.hints[request.path].append((base64.b64decode(payload["topic"]), int(payload["sequence_id"])))
-        return web.Response(status=200)
-
-    def total(self) -> int:
-        return sum(len(h) for h in self.hints.values())
+def hints_at(receiver: Receiver, path: str) -> list[tuple[bytes, int]]:
+    """(topic, sequence_id) of every verified webhook to `path`, in arrival order."""
+    return [(topic, sequence_id) for topic, sequence_id, _ in receiver.endpoints[path].hints()]
 
 
 # --- the harness ----------------------------------------------------------------------------------
@@ -166,13 +121,13 @@ class Harness:
     # recipients, over real gRPC
 
     async def member(self, *topics: bytes, commits: bool = False) -> Member:
-        path, key = self.receiver.endpoint()
-        member = Member(secrets.token_bytes(32), secrets.token_bytes(32), path, key)
+        endpoint = self.receiver.endpoint()
+        member = Member(secrets.token_bytes(32), secrets.token_bytes(32), endpoint.path, endpoint.key)
         await self.stub.Register(
             npb.RegisterRequest(
                 recipient_id=member.rid,
                 recipient_secret=member.secret,
-                http=npb.HttpDelivery(url=f"http://127.0.0.1:{self.receiver.port}{path}", signing_key=key),
+                http=npb.HttpDelivery(url=endpoint.url, signing_key=endpoint.key),
             ),
             timeout=10,
         )
@@ -187,7 +142,7 @@ class Harness:
         return member
 
     def hints(self, member: Member) -> list[tuple[bytes, int]]:
-        return self.receiver.hints[member.path]
+        return hints_at(self.receiver, member.path)
 
     # the listener and the workers
 
@@ -257,14 +212,14 @@ class Harness:
         wanted = {member: Counter(hints) for member, hints in expected.items()}
 
         def arrived() -> bool:
-            return all(not (want - Counter(self.receiver.hints[m])) for m, want in wanted.items())
+            return all(not (want - Counter(hints_at(self.receiver, m))) for m, want in wanted.items())
 
         await self.until(arrived, "the expected hints")
         await self.settled()
         for path, want in wanted.items():
-            got = Counter(self.receiver.hints[path])
+            got = Counter(hints_at(self.receiver, path))
             assert got == want, {"missing": want - got, "extra": got - want}
-        assert self.receiver.failures == []
+        assert self.receiver.failures == [] and self.receiver.strays == []
 
     async def settled(self, timeout: float = WAIT) -> None:
         """Nothing queued or in flight on several looks in a row."""
@@ -319,7 +274,7 @@ async def harness(
                     if listener:
                         h.start_listener()
                     yield h
-                    assert receiver.failures == []
+                    assert receiver.failures == [] and receiver.strays == []
                 finally:
                     with contextlib.suppress(AssertionError):
                         await h.stop_listener()

@@ -2,10 +2,11 @@
 topic or token (operations.md), at DEBUG level, on every path a scripted run reaches.
 
 `xmtp-push dev` runs as a child process on a PostgreSQL database of its own, with the webhook channel
-and APNs and FCM configured against local stand-ins (tests/fake_apns.py, tests/fake_fcm.py). The run
-registers (accepted and refused, over gRPC and Connect), subscribes, ingests (valid, malformed, with a
-wrong token), delivers to webhooks answering 200, 404, 410 and 500 and to one that does not listen, to
-APNs and FCM tokens answering 200, gone and 500, and breaks the database connections under the API.
+and APNs and FCM configured against local stand-ins (app/testing/fake_apns.py, app/testing/fake_fcm.py).
+The run registers (accepted and refused, over gRPC and Connect), subscribes, ingests (valid, malformed,
+with a wrong token), delivers to webhooks answering 200, 404, 410 and 500 and to one that does not
+listen, to APNs and FCM tokens answering 200, gone and 500, and breaks the database connections under
+the API.
 Then every line of its stderr is checked.
 """
 
@@ -29,11 +30,13 @@ import pytest
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from tests import keys, ops_support, pipeline_support
-from tests.fake_apns import FakeApns, TlsFiles
-from tests.fake_fcm import ACCESS_TOKEN, FakeFcm
+from app.testing import keys
+from app.testing.fake_apns import FakeApns, TlsFiles
+from app.testing.fake_fcm import ACCESS_TOKEN, FakeFcm
+from app.testing.webhook_receiver import Endpoint, Receiver
+from tests import ops_support, pipeline_support
 from tests.ops_support import Registered, channel_env, command, free_port, register
-from tests.pipeline_support import Receiver, envelope, group_topic, server_envelope, wait_until, welcome_topic
+from tests.pipeline_support import envelope, group_topic, server_envelope, wait_until, welcome_topic
 from tests.support import create_postgres_database, drop_postgres_database
 
 receiver = pipeline_support.receiver
@@ -238,7 +241,7 @@ async def test_dev_logs_json_lines_without_secrets(
 
 async def scripted_flow(
     flow: Flow, receiver: Receiver, apns: FakeApns, fcm: FakeFcm, database_url: str, ingest_token: str
-) -> dict[str, pipeline_support.Endpoint]:
+) -> dict[str, Endpoint]:
     topic, welcome, quiet = group_topic(), welcome_topic(), group_topic()
     for name, value in (("topic", topic), ("welcome topic", welcome), ("quiet topic", quiet)):
         flow.forbid(name, value)
@@ -394,7 +397,7 @@ async def scripted_flow(
     return endpoints
 
 
-async def break_the_database(flow: Flow, database_url: str, endpoint: pipeline_support.Endpoint) -> None:
+async def break_the_database(flow: Flow, database_url: str, endpoint: Endpoint) -> None:
     """A connection goes away under a Register call: that call fails, the next ones reconnect.
     The call is held on a table lock first, so the break lands inside it and not in whichever
     part of the process happened to touch the database next."""
@@ -431,7 +434,7 @@ async def _terminate_lock_waiters(locker: asyncpg.Connection) -> None:
     raise AssertionError("the Register call never reached the locked table")
 
 
-async def _recovers(flow: Flow, endpoint: pipeline_support.Endpoint) -> None:
+async def _recovers(flow: Flow, endpoint: Endpoint) -> None:
     for _ in range(30):
         try:
             await flow.recipient("after the break", "http", endpoint.url, endpoint.key, [])

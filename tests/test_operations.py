@@ -3,8 +3,8 @@ Prometheus metrics after a scripted run, and the operator commands `send-test`, 
 `config check` run as real child processes of the console script.
 
 Nothing of ours is patched: the API, workers, queue (Redis DB 9) and database (PostgreSQL) run for
-real; the remote ends are local stand-ins (a Standard Webhooks verifying receiver, tests/fake_apns.py
-and tests/fake_fcm.py).
+real; the remote ends are local stand-ins (a Standard Webhooks verifying receiver, app/testing/fake_apns.py
+and app/testing/fake_fcm.py).
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.recipients.models import Recipient
+from app.testing.fake_apns import FakeApns, TlsFiles
+from app.testing.fake_fcm import FakeFcm
+from app.testing.keys import apns_key_pem, fcm_key
+from app.testing.webhook_receiver import Receiver
 from tests import ops_support, pipeline_support
-from tests.fake_apns import FakeApns, TlsFiles
-from tests.fake_fcm import FakeFcm
-from tests.keys import apns_key_pem, fcm_key
 from tests.ops_support import (
     ROOT,
     Registered,
@@ -49,7 +50,6 @@ from tests.ops_support import (
 )
 from tests.pipeline_support import (
     REDIS_TEST_URL,
-    Receiver,
     envelope,
     group_topic,
     metric,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from app.testing.webhook_receiver import Receiver
 from tests import pipeline_support
 from tests.pipeline_support import (
-    Receiver,
     Stack,
     envelope,
     group_topic,

@@ -22,9 +22,9 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from app.delivery.providers.webhook import signed_headers
 from app.proto.xmtp.backend.v1 import envelope_pb2, notification_pb2
 from app.runtime import open_runtime
+from app.testing.webhook_receiver import Receiver
 from tests import pipeline_support
 from tests.pipeline_support import (
-    Receiver,
     current_epoch,
     envelope,
     expected_body,

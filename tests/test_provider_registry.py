@@ -21,7 +21,7 @@ from app.delivery.credentials import load_apns
 from app.delivery.provider import DEFAULT_APP
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.types import ApnsExtras, OutcomeKind, Priority, Push, PushKind
-from tests.fake_apns import FakeApns, TlsFiles, make_tls_files
+from app.testing.fake_apns import FakeApns, TlsFiles, make_tls_files
 from tests.support import make_settings
 
 APPS = {

@@ -9,11 +9,12 @@ import re
 from pathlib import Path
 
 from app.api.status import COLORS
+from app.testing.fake_apns import FakeApns, TlsFiles
+from app.testing.keys import apns_key_pem
+from app.testing.webhook_receiver import Receiver
 from tests import ops_support, pipeline_support
-from tests.fake_apns import FakeApns, TlsFiles
-from tests.keys import apns_key_pem
 from tests.ops_support import Image, read_png, required_tool, run_child, scripted_run
-from tests.pipeline_support import Receiver, running_pipeline
+from tests.pipeline_support import running_pipeline
 
 receiver = pipeline_support.receiver
 redis_url = pipeline_support.redis_url

@@ -35,18 +35,9 @@ latency and soak runs, deliveries/s and p50/p99 latency per window of arrival si
 request (`python -m bench` reads these for its report).
 """
 
-from bench.pipeline.accounting import CpuWindow, host_cpu, process_cpu_seconds, rss_mb
+from bench.pipeline.accounting import CpuWindow
 from bench.pipeline.ingest import IngestLog, Ingestor
-from bench.pipeline.processes import (
-    INGEST_TOKEN,
-    Backend,
-    Proc,
-    backend_env,
-    running_backend,
-    running_receiver,
-    start_process,
-    stop_process,
-)
+from bench.pipeline.processes import INGEST_TOKEN, Backend, backend_env, running_backend, running_receiver
 from bench.pipeline.receiver_client import ReceiverClient
 
 __all__ = [
@@ -55,14 +46,8 @@ __all__ = [
     "CpuWindow",
     "IngestLog",
     "Ingestor",
-    "Proc",
     "ReceiverClient",
     "backend_env",
-    "host_cpu",
-    "process_cpu_seconds",
-    "rss_mb",
     "running_backend",
     "running_receiver",
-    "start_process",
-    "stop_process",
 ]

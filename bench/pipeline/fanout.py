@@ -12,10 +12,11 @@ from typing import Any
 
 import aiohttp
 
+from bench._processes import Proc
 from bench.pipeline.accounting import CpuWindow
 from bench.pipeline.analysis import Receipts, analyse, describe_receipts
 from bench.pipeline.ingest import IngestLog, Ingestor
-from bench.pipeline.processes import Backend, Proc, running_backend, running_receiver
+from bench.pipeline.processes import Backend, running_backend, running_receiver
 from bench.pipeline.receiver_client import ReceiverClient
 from bench.pipeline.recipients import Recipient, copy_recipients, make_recipients, make_topics
 from bench.pipeline.shared import DELIVERY_STREAM, database, entries_added, errors_suffix, prepare_redis

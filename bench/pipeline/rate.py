@@ -10,10 +10,12 @@ from typing import Any
 
 import aiohttp
 
-from bench.pipeline.accounting import CpuWindow, rss_mb
+from bench._proc import rss_mb
+from bench._processes import Proc
+from bench.pipeline.accounting import CpuWindow
 from bench.pipeline.analysis import Receipts, analyse, by_window, describe_latency, describe_receipts, ms
 from bench.pipeline.ingest import IngestLog
-from bench.pipeline.processes import Proc, running_backend, running_receiver
+from bench.pipeline.processes import running_backend, running_receiver
 from bench.pipeline.receiver_client import ReceiverClient
 from bench.pipeline.shared import (
     Load,

@@ -10,11 +10,11 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench._proc import load_average
 from bench._support import bench_database, environment_line
 from bench.pipeline.analysis import Receipts, time_series
 from bench.pipeline.ingest import IngestLog, Ingestor
@@ -71,7 +71,7 @@ async def entries_added(client: Any, key: str = DELIVERY_STREAM) -> int:
 def header(args: argparse.Namespace) -> None:
     print(environment_line())
     print(
-        f"host load average at start: {' '.join(Path('/proc/loadavg').read_text().split()[:3])} "
+        f"host load average at start: {load_average()} "
         "(other processes on the host share the 2 cores; see 'other' in the cpu lines)"
     )
     workers = f", {args.workers} worker process(es)" if args.mode == "redis" else " (one `xmtp-push dev`)"

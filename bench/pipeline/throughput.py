@@ -10,12 +10,13 @@ from typing import Any
 
 import aiohttp
 
+from bench._processes import Proc
 from bench._support import service_collector
 from bench.pipeline.accounting import CpuWindow
 from bench.pipeline.analysis import Receipts, analyse, describe_latency, describe_receipts, ms, steady_rate
 from bench.pipeline.bare import bare_loop
 from bench.pipeline.ingest import IngestLog
-from bench.pipeline.processes import Backend, Proc, running_backend, running_receiver
+from bench.pipeline.processes import Backend, running_backend, running_receiver
 from bench.pipeline.receiver_client import ReceiverClient
 from bench.pipeline.recipients import Recipient
 from bench.pipeline.shared import (

@@ -2,7 +2,7 @@
 
 It runs its own event loop in a thread (`FakeApns(...).start()`, or `with FakeApns(...) as fake:`), so
 it keeps answering whatever the code under test does to its own loop, and can also run as a separate
-process (`python -m tests.fake_apns`, used by `bench.channels`).
+process (`python -m app.testing.fake_apns`, used by `bench.channels`).
 
 Every request is recorded (connection number, every header in order, the body). The answer depends on
 the device token's *name*, the part before the first ".": `gone.17` answers like `gone`. A name may
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import contextlib
 import datetime
 import ipaddress
 import json
@@ -62,7 +61,7 @@ from h2.events import (
 from h2.exceptions import ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
 
-from tests.loop_thread import serve_in_thread
+from app.testing.loop_thread import run_as_process, serve_in_thread
 
 # --------------------------------------------------------------------------- TLS material
 
@@ -546,16 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-dir", required=True, help="where the CA and server certificate are written")
     parser.add_argument("--no-uvloop", action="store_true")
     args = parser.parse_args(argv)
-    runner: Any = asyncio.run
-    if not args.no_uvloop:
-        try:
-            import uvloop
-
-            runner = uvloop.run
-        except ImportError:
-            pass
-    with contextlib.suppress(KeyboardInterrupt):
-        runner(_serve_process(args))
+    run_as_process(_serve_process(args), uvloop=not args.no_uvloop)
     return 0
 
 

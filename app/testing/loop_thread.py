@@ -1,10 +1,13 @@
-"""Run a fake server on its own event loop in a daemon thread (the fakes' blocking clients need that)."""
+"""Run a fake server on its own event loop: in a daemon thread (the fakes' blocking clients need that),
+or as the main loop of a process of its own (a benchmark's fake)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 START_SECONDS = 10.0
 
@@ -46,3 +49,16 @@ def serve_in_thread(
     if failure:
         raise failure[0]
     return thread
+
+
+def run_as_process(serve: Coroutine[Any, Any, None], *, uvloop: bool = True) -> None:
+    """Run `serve` as this process's main loop until it ends or Ctrl-C; on uvloop if `uvloop` and
+    it is installed."""
+    runner: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
+    if uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop as fast_loop
+
+            runner = fast_loop.run
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(serve)

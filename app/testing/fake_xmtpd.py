@@ -40,9 +40,19 @@ from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as env
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
 
+_StreamContext = grpc.aio.ServicerContext[api.SubscribeAllEnvelopesRequest, api.SubscribeEnvelopesResponse]
+
 NODE_PAGE_LIMIT = 1000  # xmtp.md: "Pages hold at most 1000 envelopes"
 
 # --- the node ----------------------------------------------------------------------------------
+
+
+async def _drop(how: str, context: _StreamContext) -> None:
+    """End a stream as `drop_streams(how)` asks: abort (UNAVAILABLE), cancel (CANCELLED), end (OK)."""
+    if how == "abort":
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "node going away")
+    if how == "cancel":
+        await context.abort(grpc.StatusCode.CANCELLED, "stream cancelled by the node")
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,9 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
 
     async def _serve_on(self, port: int) -> grpc.aio.Server:
         server = grpc.aio.server(options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
-        api_grpc.add_NotificationApiServicer_to_server(self, server)
-        api_grpc.add_QueryApiServicer_to_server(self, server)
+        # The generated registration functions carry no annotations.
+        api_grpc.add_NotificationApiServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        api_grpc.add_QueryApiServicer_to_server(self, server)  # type: ignore[no-untyped-call]
         bound = server.add_insecure_port(f"127.0.0.1:{port}")
         if port and bound != port:
             raise OSError(f"could not listen again on port {port}")
@@ -205,7 +216,7 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
     # the services
 
     async def SubscribeAllEnvelopes(
-        self, request: api.SubscribeAllEnvelopesRequest, context: grpc.aio.ServicerContext
+        self, request: api.SubscribeAllEnvelopesRequest, context: _StreamContext
     ) -> None:
         self.connections += 1
         if self.refuse_streams:
@@ -227,7 +238,7 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
             self._streams.discard(stream)
             await asyncio.shield(self._notify())
 
-    async def _serve(self, stream: _Stream, context: grpc.aio.ServicerContext) -> None:
+    async def _serve(self, stream: _Stream, context: _StreamContext) -> None:
         loop = asyncio.get_running_loop()
         interval = self.keepalive_seconds
         next_keepalive = loop.time() + interval if interval > 0 else None
@@ -238,11 +249,8 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
             except TimeoutError:
                 message = api.SubscribeEnvelopesResponse()  # keep-alive
                 next_keepalive = loop.time() + interval
-            if message == "abort":
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "node going away")
-            if message == "cancel":
-                await context.abort(grpc.StatusCode.CANCELLED, "stream cancelled by the node")
-            if message == "end":
+            if isinstance(message, str):  # what drop_streams() asked for
+                await _drop(message, context)
                 return
             if stream.silent:
                 continue
@@ -250,7 +258,9 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
             stream.sent += 1
 
     async def QueryEnvelopes(
-        self, request: api.QueryEnvelopesRequest, context: grpc.aio.ServicerContext
+        self,
+        request: api.QueryEnvelopesRequest,
+        context: grpc.aio.ServicerContext[api.QueryEnvelopesRequest, api.QueryEnvelopesResponse],
     ) -> api.QueryEnvelopesResponse:
         query = request.query
         cursor = dict(query.last_seen.node_id_to_sequence_id)

@@ -1,4 +1,4 @@
-"""Real credentials for tests, made once per test run: an ES256 APNs key and an FCM service account."""
+"""Real credentials for the fakes, made once per process: an ES256 APNs key and an FCM service account."""
 
 from __future__ import annotations
 

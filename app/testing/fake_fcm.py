@@ -3,11 +3,11 @@
 Plain HTTP (aiohttp); the client (httpx inside firebase-admin) speaks HTTP/1.1 to it. It serves from
 its own thread and event loop (`FakeFcm().start()`, or `with FakeFcm() as fake:`): google-auth
 fetches OAuth tokens with a blocking `requests` call, which must not wait on the caller's own loop.
-It can also run as a separate process (`python -m tests.fake_fcm`, used by `bench.channels`).
+It can also run as a separate process (`python -m app.testing.fake_fcm`, used by `bench.channels`).
 
 Routes:
 - `POST /token`: Google's OAuth token endpoint for a service account (point the account's `token_uri`
-  here, see `tests.keys.service_account`); records the JWT assertion and answers
+  here, see `app.testing.keys.service_account`); records the JWT assertion and answers
   `{"access_token": "test-token", "expires_in": 3600, "token_type": "Bearer"}`.
 - `POST /v1/projects/<project>/messages:send`: records headers and the JSON body, and answers by the
   message token's *name*, the part before the first "." (`gone.3` answers like `gone`):
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import sys
 import threading
@@ -44,7 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.loop_thread import serve_in_thread
+from app.testing.loop_thread import run_as_process, serve_in_thread
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 ACCESS_TOKEN = "test-token"
@@ -307,16 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--no-uvloop", action="store_true")
     args = parser.parse_args(argv)
-    runner: Any = asyncio.run
-    if not args.no_uvloop:
-        try:
-            import uvloop
-
-            runner = uvloop.run
-        except ImportError:
-            pass
-    with contextlib.suppress(KeyboardInterrupt):
-        runner(_serve_process(args))
+    run_as_process(_serve_process(args), uvloop=not args.no_uvloop)
     return 0
 
 
