@@ -97,12 +97,34 @@ def test_transient_then_delivered() -> None:
     assert final is DELIVERED
 
 
-@pytest.mark.parametrize("max_attempts", [1, 2, 3, 5])
-def test_gone_is_dead_only_when_every_attempt_was_gone(max_attempts: int) -> None:
+@pytest.mark.parametrize("max_attempts", [1, 2, 3, 5, 30])
+def test_gone_is_dead_once_three_attempts_in_a_row_said_so(max_attempts: int) -> None:
+    # pipeline.md: dead once min(max_attempts, 3) attempts in a row answered 404/410.
     retries, final = run([GONE] * max_attempts, max_attempts)
-    assert len(retries) == max_attempts - 1
+    assert len(retries) == min(max_attempts, 3) - 1
     assert all(r.job.all_gone for r in retries)
     assert final.kind is OutcomeKind.DEAD
+
+
+def test_retries_stop_when_the_next_would_start_after_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.5)  # backoff = base * 2^(n-1): 2, 4, 8 ... s
+    step = next_step(job(attempt=3), TRANSIENT, 30, BASE, window_seconds=60.0, age_seconds=51.0)
+    assert isinstance(step, Retry) and step.delay_seconds == 8.0  # starts at 59 s: inside
+    final = next_step(job(attempt=3), TRANSIENT, 30, BASE, window_seconds=60.0, age_seconds=53.0)
+    assert final == Outcome(OutcomeKind.TRANSIENT)  # would start at 61 s: the window is over
+    quota = Outcome(OutcomeKind.TRANSIENT, delay_seconds=120.0)
+    assert next_step(job(), quota, 30, BASE, window_seconds=100.0) == Outcome(OutcomeKind.TRANSIENT)
+
+
+def test_an_hour_of_transient_failures_is_retried_for_the_whole_hour(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.5)
+    current, age, attempts = job(), 0.0, 1
+    while isinstance(step := next_step(current, TRANSIENT, 100, 1.0, 3600.0, age), Retry):
+        age += step.delay_seconds
+        current, attempts = step.job, attempts + 1
+    # 1 + 2 + ... + 256 s, then every 5 minutes: the last attempt falls in the hour's last 5 minutes.
+    assert 3300 < age <= 3600
+    assert attempts == 20
 
 
 def test_gone_then_delivered_is_delivered() -> None:

@@ -608,3 +608,20 @@ async def test_ingest_validation_is_all_or_nothing(some_stack, receiver: Receive
         await wait_until(lambda: len(member.endpoint.requests) == 1, 10, "the accepted envelope's hint")
         await pipe.settled(receiver)
         assert [h[1] for h in member.endpoint.hints()] == [3]
+
+
+async def test_an_outage_ends_with_one_hint_per_topic(some_stack, receiver: Receiver) -> None:
+    """The receiver is down (503) for every first attempt of four hints on each of two topics: the
+    retries waiting for it are replaced by the newest of each topic, so it gets two hints when it
+    is back, each the latest position of its topic (pipeline.md "Outcomes, retries, cleanup")."""
+    async with running_pipeline(some_stack, retry_base_seconds=1.0, max_attempts=30) as pipe:
+        first, second = group_topic(), group_topic()
+        member = await pipe.member(receiver.endpoint([503] * 8 + [200]), first, second)
+        await pipe.ingest_ok([envelope(t, n) for n in range(1, 5) for t in (first, second)])
+        await wait_until(lambda: len(member.endpoint.requests) >= 8, 10, "the first attempts")
+        await wait_until(lambda: len(member.endpoint.requests) >= 10, 15, "the retries")
+        await asyncio.sleep(2.5)  # any further retry would have come by now (1 s base, jitter to 1.5 s)
+        await pipe.settled(receiver)
+        delivered = [(topic, sequence) for topic, sequence, _ in member.endpoint.hints()[8:]]
+        assert sorted(delivered) == sorted([(first, 4), (second, 4)])
+        assert await pipe.runtime.queue.delayed_count() == 0  # type: ignore[union-attr]

@@ -412,6 +412,32 @@ async def test_promote_due_moves_only_due_entries_and_respects_the_limit(steady_
     assert payloads_of(await q.read("s1", "c1", 10, 0.05)) == [b"future"]
 
 
+async def test_a_newer_keyed_delay_replaces_the_one_waiting_and_an_older_one_is_dropped(
+    steady_queue: WorkQueue,
+) -> None:
+    q, now = steady_queue, time.time()
+    await q.commit("in", Commit(delay=[Delayed("s", b"seq 5", now - 3, "k1", 5)]))
+    await q.commit("in", Commit(delay=[Delayed("s", b"seq 7", now - 2, "k1", 7)]))  # replaces seq 5
+    await q.commit("in", Commit(delay=[Delayed("s", b"seq 6", now - 1, "k1", 6)]))  # older: dropped
+    await q.commit(
+        "in", Commit(delay=[Delayed("s", b"other key", now - 1, "k2", 1), Delayed("s", b"no key", now - 1)])
+    )
+    assert await q.delayed_count() == 3
+    assert await q.promote_due(now, 10) == 3
+    assert sorted(payloads_of(await q.read("s", "c1", 10, 0.05))) == [b"no key", b"other key", b"seq 7"]
+    assert await q.delayed_count() == 0
+
+
+async def test_a_keyed_delay_survives_while_its_replacement_is_later(steady_queue: WorkQueue) -> None:
+    """Replacing keeps the newer entry's due time: an outage ends with the newest hint, when it is due."""
+    q, now = steady_queue, time.time()
+    await q.commit("in", Commit(delay=[Delayed("s", b"seq 1", now - 1, "k", 1)]))
+    await q.commit("in", Commit(delay=[Delayed("s", b"seq 2", now + 60, "k", 2)]))
+    assert await q.promote_due(now, 10) == 0
+    assert await q.promote_due(now + 61, 10) == 1
+    assert payloads_of(await q.read("s", "c1", 10, 0.05)) == [b"seq 2"]
+
+
 async def test_promote_due_keeps_binary_payloads_and_stream_names_intact(steady_queue: WorkQueue) -> None:
     q = steady_queue
     payload = b"line1\nline2\x00\xff"

@@ -47,7 +47,8 @@ def test_defaults_match_the_operations_table() -> None:
     assert (settings.grpc_host, settings.grpc_port) == ("127.0.0.1", 50051)
     assert settings.ingest_token is None
     assert settings.recipient_ttl_seconds == 2_592_000
-    assert settings.max_attempts == 3
+    assert settings.max_attempts == 15
+    assert settings.retry_window_seconds == 3600
     assert settings.max_push_topics == 100_000
     assert settings.apns_key is None
     assert settings.apns_environment == "production"
@@ -138,13 +139,13 @@ def test_variables_without_the_prefix_are_ignored(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("MAX_ATTEMPTS", "9")
     monkeypatch.setenv("DATABASE_URL", "postgresql+asyncpg://elsewhere/db")
     settings = load_settings()
-    assert settings.max_attempts == 3
+    assert settings.max_attempts == 15
     assert settings.database_url == "sqlite+aiosqlite:///./xmtp-push.db"
 
 
 def test_unknown_prefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XMTP_PUSH_NO_SUCH_SETTING", "x")
-    assert load_settings().max_attempts == 3
+    assert load_settings().max_attempts == 15
 
 
 def test_allowed_domains_are_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,13 +183,13 @@ def test_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 # --- ranges --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["1", "3", "10"])
+@pytest.mark.parametrize("value", ["1", "3", "10", "50"])
 def test_max_attempts_range_accepts(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("XMTP_PUSH_MAX_ATTEMPTS", value)
     assert load_settings().max_attempts == int(value)
 
 
-@pytest.mark.parametrize("value", ["0", "11", "-1", "three", "2.5", ""])
+@pytest.mark.parametrize("value", ["0", "51", "-1", "three", "2.5", ""])
 def test_max_attempts_range_refuses(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     message = error_for(monkeypatch, XMTP_PUSH_MAX_ATTEMPTS=value)
     assert "XMTP_PUSH_MAX_ATTEMPTS" in message
@@ -354,7 +355,7 @@ def test_malformed_config_file_is_a_clear_error(tmp_path: Path, monkeypatch: pyt
 
 def test_empty_config_variable_means_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XMTP_PUSH_CONFIG", "")
-    assert load_settings().max_attempts == 3
+    assert load_settings().max_attempts == 15
 
 
 # --- channels ------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ class DeliveryWorker:
         self.refill = max(1, self.capacity // REFILL_FRACTION)
         self.max_attempts = settings.max_attempts
         self.retry_base = settings.retry_base_seconds
+        self.retry_window = settings.retry_window_seconds
         # Attempts run on `capacity` long-lived slot coroutines fed from `_ready`, not one task each:
         # creating, scheduling and finishing a task per attempt was a measurable share of its cost.
         self._ready: deque[_Work] = deque()
@@ -203,7 +204,7 @@ class DeliveryWorker:
         if self._paused_until > time.time():
             # Read just before the channel was paused: back to the queue until the pause ends,
             # without spending an attempt.
-            self._finished.delay.append(Delayed(self.stream, work.job.encode(), self._paused_until))
+            self._finished.delay.append(self._delayed(work.job, self._paused_until))
             self._finished.ack.append(work.entry.id)
             return
         target = work.target
@@ -221,14 +222,18 @@ class DeliveryWorker:
         """Queue what follows the attempt; True when the recipient is dead and should be deleted."""
         if outcome.pause_channel and outcome.delay_seconds:
             self._paused_until = max(self._paused_until, time.time() + outcome.delay_seconds)
-        step = next_step(work.job, outcome, self.max_attempts, self.retry_base)
+        job, now = work.job, time.time()
+        age = now - job.ingested_ns / 1e9
+        step = next_step(job, outcome, self.max_attempts, self.retry_base, self.retry_window, age)
         if isinstance(step, Retry):
-            due = time.time() + step.delay_seconds
-            self._finished.delay.append(Delayed(self.stream, step.job.encode(), due))
+            self._finished.delay.append(self._delayed(step.job, now + step.delay_seconds))
             return False
         self._outcomes[step.kind].inc()
         self._tally[(self.channel, step.kind.value)] += 1
         return step.kind is OutcomeKind.DEAD
+
+    def _delayed(self, job: DeliveryJob, due: float) -> Delayed:
+        return Delayed(self.stream, job.encode(), due, job.retry_key, job.sequence_id)
 
     async def _delete_dead(self, recipient_id: bytes, target: Target) -> None:
         try:

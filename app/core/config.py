@@ -45,7 +45,9 @@ class Settings(BaseSettings):
     gc_young_threshold: int = Field(20_000, ge=100, le=1_000_000)
 
     recipient_ttl_seconds: int = Field(2_592_000, ge=86_400)
-    max_attempts: int = Field(3, ge=1, le=10)
+    # Transient failures are retried for the window, and at most this many attempts in all.
+    max_attempts: int = Field(15, ge=1, le=50)
+    retry_window_seconds: float = Field(3600.0, ge=0, le=86_400)
     max_push_topics: int = Field(100_000, ge=1)
     sweep_interval_seconds: float = Field(900.0, gt=0, le=3600)
     request_timeout_seconds: float = Field(MAX_CALL_SECONDS, gt=0, le=MAX_CALL_SECONDS)

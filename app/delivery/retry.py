@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Generic, Protocol, Self, TypeVar
@@ -9,6 +10,8 @@ from typing import Generic, Protocol, Self, TypeVar
 from app.delivery.types import Outcome, OutcomeKind
 
 MAX_BACKOFF_SECONDS = 300.0
+# "Gone" (a webhook's 404/410) is believed once this many attempts in a row said so.
+GONE_CONFIRMATIONS = 3
 
 
 class Attempted(Protocol):
@@ -32,16 +35,27 @@ class Retry(Generic[J]):
     delay_seconds: float
 
 
-def next_step(job: J, outcome: Outcome, max_attempts: int, base_seconds: float) -> Retry[J] | Outcome:
-    """What follows an attempt: a retry, or the final outcome to record."""
+def next_step(
+    job: J,
+    outcome: Outcome,
+    max_attempts: int,
+    base_seconds: float,
+    window_seconds: float = math.inf,
+    age_seconds: float = 0.0,
+) -> Retry[J] | Outcome:
+    """What follows an attempt: a retry, or the final outcome to record. Retries go on while the
+    next one would still start within `window_seconds` of the push's first arrival (it is
+    `age_seconds` old now), and for `max_attempts` attempts at most."""
     gone = outcome.kind is OutcomeKind.DEAD and outcome.confirm_by_retry
     retryable = outcome.kind is OutcomeKind.TRANSIENT or gone
     if not retryable:
         return outcome
     all_gone = job.all_gone and gone
-    if job.attempt >= max_attempts:
-        return Outcome(OutcomeKind.DEAD) if all_gone else Outcome(OutcomeKind.TRANSIENT)
+    if all_gone and job.attempt >= min(max_attempts, GONE_CONFIRMATIONS):
+        return Outcome(OutcomeKind.DEAD)
     delay = max(backoff(job.attempt, base_seconds), outcome.delay_seconds or 0.0)
+    if job.attempt >= max_attempts or age_seconds + delay > window_seconds:
+        return Outcome(OutcomeKind.TRANSIENT)
     return Retry(job._replace(attempt=job.attempt + 1, all_gone=all_gone), delay)
 
 

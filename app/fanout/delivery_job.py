@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import re
 from typing import NamedTuple
@@ -30,6 +31,12 @@ class DeliveryJob(NamedTuple):
     @property
     def hint(self) -> Hint:
         return Hint(self.topic, self.sequence_id, self.recipient_id)
+
+    @property
+    def retry_key(self) -> str:
+        """One key per (recipient, topic): a retry waiting under it is replaced by a newer hint's
+        (the device needs only a topic's latest position). Hashed: no id readable in the queue."""
+        return hashlib.sha256(self.recipient_id + b"|" + self.topic).hexdigest()[:32]
 
     def encode(self) -> bytes:
         # Fan-out encodes one job per subscriber, so the common case is written out directly:

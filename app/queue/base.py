@@ -32,6 +32,10 @@ class Delayed:
     stream: str
     payload: bytes
     due: float  # Unix seconds
+    # Among delayed entries with one key, only the highest rank waits: a newer one replaces an
+    # older one, and an older one arriving late is dropped. "" keys nothing.
+    key: str = ""
+    rank: int = 0
 
 
 @dataclass(slots=True)

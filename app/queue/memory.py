@@ -35,6 +35,7 @@ class MemoryQueue:
         self._streams: dict[str, _Stream] = {}
         self._ids = itertools.count(1)
         self._delayed: list[tuple[float, int, Delayed]] = []
+        self._keyed: dict[str, tuple[int, int]] = {}  # key -> (rank, heap number) of the one waiting
         self._claims: dict[str, tuple[str, float]] = {}
         self._next_prune = 0.0
         self._changed = asyncio.Condition()
@@ -82,14 +83,30 @@ class MemoryQueue:
             for target, payloads in commit.add.items():
                 self._append(target, payloads)
             for delayed in commit.delay:
-                heapq.heappush(self._delayed, (delayed.due, next(self._ids), delayed))
+                self._push_delayed(delayed)
             self._changed.notify_all()
+
+    def _push_delayed(self, delayed: Delayed) -> None:
+        number = next(self._ids)
+        if delayed.key:
+            waiting = self._keyed.get(delayed.key)
+            if waiting is not None and waiting[0] > delayed.rank:
+                return  # a newer one waits already
+            self._keyed[delayed.key] = (delayed.rank, number)  # the older one is skipped when due
+        heapq.heappush(self._delayed, (delayed.due, number, delayed))
+
+    def _superseded(self, number: int, delayed: Delayed) -> bool:
+        """A keyed entry that is no longer its key's one waiting (replaced, or its key went out)."""
+        return bool(delayed.key) and self._keyed.get(delayed.key, (0, 0))[1] != number
 
     async def promote_due(self, now: float, limit: int) -> int:
         moved = 0
         async with self._changed:
             while self._delayed and self._delayed[0][0] <= now and moved < limit:
-                _, _, delayed = heapq.heappop(self._delayed)
+                _, number, delayed = heapq.heappop(self._delayed)
+                if self._superseded(number, delayed):
+                    continue
+                self._keyed.pop(delayed.key, None)
                 self._append(delayed.stream, [delayed.payload])
                 moved += 1
             if moved:
@@ -115,7 +132,7 @@ class MemoryQueue:
         return len(state.waiting) + len(state.pending)
 
     async def delayed_count(self) -> int:
-        return len(self._delayed)
+        return sum(1 for _, number, delayed in self._delayed if not self._superseded(number, delayed))
 
     async def ping(self) -> bool:
         return True

@@ -27,6 +27,9 @@ FIELD = b"p"
 PREFIX = "xmtp-push:"
 DELAYED_KEY = PREFIX + "delayed"
 CLAIM_PREFIX = PREFIX + "claim:"
+RETRY_KEY_PREFIX = PREFIX + "delayed-key:"
+# How long a delayed key's holder outlives its due time (it is promoted by then).
+KEY_GRACE_SECONDS = 600
 
 _PROMOTE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
@@ -85,12 +88,29 @@ end
 """
 )
 _ADD = _ADD_ALL + "add_all(KEYS[1], ARGV[1], ARGV[2])\nreturn 1\n"
+# A keyed delay replaces the one its key holds unless that one ranks higher (then it is dropped).
+# The key's holder is a string "rank\nmember" that expires once the delay is long due.
+_DELAY = """
+local function delay(set, score, member, key, rank, ttl)
+  if key ~= '' then
+    local held = redis.call('GET', key)
+    if held then
+      local sep = string.find(held, '\\n', 1, true)
+      if tonumber(string.sub(held, 1, sep - 1)) > rank then return end
+      redis.call('ZREM', set, string.sub(held, sep + 1))
+    end
+    redis.call('SET', key, rank .. '\\n' .. member, 'EX', ttl)
+  end
+  redis.call('ZADD', set, score, member)
+end
+"""
 # KEYS: the acknowledged stream, the delayed set, then every stream that gets additions.
 # ARGV: group; per addition stream its lengths and payloads; the delay count then (score,
-# member) pairs; the ack count then the ids. Order of effects: additions, delays, then XACK and
-# XDEL of the handled entries.
+# member, key, rank, ttl) for each; the ack count then the ids. Order of effects: additions,
+# delays, then XACK and XDEL of the handled entries.
 _COMMIT = (
     _ADD_ALL
+    + _DELAY
     + """
 local a = 2
 for k = 3, #KEYS do
@@ -98,7 +118,7 @@ for k = 3, #KEYS do
 end
 local delays = tonumber(ARGV[a]); a = a + 1
 for _ = 1, delays do
-  redis.call('ZADD', KEYS[2], ARGV[a], ARGV[a + 1]); a = a + 2
+  delay(KEYS[2], ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), ARGV[a + 4]); a = a + 5
 end
 local acks = tonumber(ARGV[a]); a = a + 1
 local done = 0
@@ -205,10 +225,14 @@ class RedisQueue:
                 keys.append(self._key(target))
                 args.extend(_packed(payloads))
         # One member per payload, the last due time winning, as ZADD with a mapping did.
-        delayed = {d.stream.encode() + b"\n" + d.payload: d.due for d in commit.delay}
+        delayed = {d.stream.encode() + b"\n" + d.payload: d for d in commit.delay}
         args.append(len(delayed))
-        for member, due in delayed.items():
-            args.extend((repr(float(due)), member))
+        now = time.time()
+        for member, d in delayed.items():
+            key = RETRY_KEY_PREFIX + d.key if d.key else ""
+            args.extend(
+                (repr(float(d.due)), member, key, d.rank, int(max(0.0, d.due - now)) + KEY_GRACE_SECONDS)
+            )
         args.append(len(commit.ack))
         args.extend(commit.ack)
         await self._commit(keys=keys, args=args)
