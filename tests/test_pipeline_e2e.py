@@ -625,3 +625,28 @@ async def test_an_outage_ends_with_one_hint_per_topic(some_stack, receiver: Rece
         delivered = [(topic, sequence) for topic, sequence, _ in member.endpoint.hints()[8:]]
         assert sorted(delivered) == sorted([(first, 4), (second, 4)])
         assert await pipe.runtime.queue.delayed_count() == 0  # type: ignore[union-attr]
+
+
+async def test_a_hanging_host_costs_a_healthy_host_nothing(some_stack, receiver: Receiver) -> None:
+    """600 recipients on a host that never answers, beside 100 on a healthy one, all on one topic:
+    the hanging host gets at most XMTP_PUSH_HTTP_MAX_PER_HOST attempts at once, the rest wait in
+    the queue, and the healthy host's hints arrive as if the other were not there."""
+    overrides = {"http_timeout_seconds": 10.0, "http_max_per_host": 16, "delivery_concurrency": 256}
+    async with Receiver() as healthy, running_pipeline(some_stack, **overrides) as pipe:
+        topic = group_topic()
+        hanging = receiver.endpoint(delays=[30.0])  # held past the 10 s timeout
+        for _ in range(600):
+            await pipe.member(hanging, topic)
+        fine = [await pipe.member(healthy.endpoint(), topic) for _ in range(100)]
+        started = time.monotonic()
+        await pipe.ingest_ok([envelope(topic, 1)])
+        await wait_until(lambda: len(healthy.all_requests()) == 100, 8, "the healthy host's 100 hints")
+        latencies = sorted(r.at - started for m in fine for r in m.endpoint.requests)
+        p99 = latencies[98]
+        print(
+            f"healthy host beside a hanging one: p50 {latencies[49] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
+        )
+        # The floor is this process verifying 700 signed posts; without the bound it was the 10 s timeout.
+        assert p99 < 3.0
+        assert receiver.active() <= 16
+        receiver.release()

@@ -210,9 +210,10 @@ class DeliveryWorker:
         target = work.target
         started = time.perf_counter()
         outcome = await self.provider.send(self.render(work.job.hint, target))
-        seconds = time.perf_counter() - started
-        self._seconds.observe(seconds)
-        log_outcome(self.channel, outcome, seconds)
+        if outcome.kind is not OutcomeKind.DEFERRED:  # not attempted: no latency to tell
+            seconds = time.perf_counter() - started
+            self._seconds.observe(seconds)
+            log_outcome(self.channel, outcome, seconds)
         if self._record(work, outcome):
             await self._delete_dead(work.job.recipient_id, target)
         # Acknowledged only now: a crash before this point repeats the attempt (and the deletion).
@@ -226,14 +227,16 @@ class DeliveryWorker:
         age = now - job.ingested_ns / 1e9
         step = next_step(job, outcome, self.max_attempts, self.retry_base, self.retry_window, age)
         if isinstance(step, Retry):
-            self._finished.delay.append(self._delayed(step.job, now + step.delay_seconds))
+            due = now + step.delay_seconds
+            self._finished.delay.append(self._delayed(step.job, due, replaceable=outcome.replaceable))
             return False
         self._outcomes[step.kind].inc()
         self._tally[(self.channel, step.kind.value)] += 1
         return step.kind is OutcomeKind.DEAD
 
-    def _delayed(self, job: DeliveryJob, due: float) -> Delayed:
-        return Delayed(self.stream, job.encode(), due, job.retry_key, job.sequence_id)
+    def _delayed(self, job: DeliveryJob, due: float, *, replaceable: bool = True) -> Delayed:
+        key = job.retry_key if replaceable else ""
+        return Delayed(self.stream, job.encode(), due, key, job.sequence_id)
 
     async def _delete_dead(self, recipient_id: bytes, target: Target) -> None:
         try:

@@ -68,6 +68,8 @@ class Settings(BaseSettings):
     http_allow_private_addresses: bool = False
     http_allow_insecure: bool = False
     http_timeout_seconds: float = Field(10.0, gt=0, le=MAX_CALL_SECONDS)
+    # Webhook attempts in flight to one host (host and port) per worker; more wait in the queue.
+    http_max_per_host: int = Field(16, ge=1, le=4096)
 
     # Delivery pipeline tuning.
     delivery_concurrency: int = Field(256, ge=1, le=4096)  # in flight per channel per worker

@@ -16,7 +16,7 @@ from app.delivery.credentials import apns_credentials, fcm_credentials
 from app.delivery.provider import DEFAULT_APP, Provider
 from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import FcmProvider
-from app.delivery.providers.webhook import WebhookProvider
+from app.delivery.providers.webhook import WebhookConfig, WebhookProvider
 from app.delivery.types import Outcome, OutcomeKind
 from app.delivery.url_policy import UrlPolicy
 
@@ -27,7 +27,7 @@ ProviderFactory = Callable[..., Provider]
 CHANNELS: dict[str, ProviderFactory] = {
     "apns": ApnsProvider,
     "fcm": FcmProvider,
-    "http": WebhookProvider,
+    "http": WebhookProvider.from_config,
 }
 
 # How loudly an attempt's outcome is logged: a gone token is routine, a failure is not.
@@ -37,6 +37,7 @@ OUTCOME_LEVELS = {
     OutcomeKind.MISMATCH: logging.INFO,
     OutcomeKind.TRANSIENT: logging.WARNING,
     OutcomeKind.REJECTED: logging.WARNING,
+    OutcomeKind.DEFERRED: logging.DEBUG,
 }
 
 
@@ -83,7 +84,8 @@ def default_apps(settings: Settings) -> list[ChannelApp]:
     if fcm is not None:
         apps.append(ChannelApp("fcm", DEFAULT_APP, fcm))
     if settings.http_enabled:
-        apps.append(ChannelApp("http", DEFAULT_APP, UrlPolicy.from_settings(settings)))
+        config = WebhookConfig(UrlPolicy.from_settings(settings), settings.http_max_per_host)
+        apps.append(ChannelApp("http", DEFAULT_APP, config))
     return apps
 
 

@@ -46,6 +46,9 @@ def next_step(
     """What follows an attempt: a retry, or the final outcome to record. Retries go on while the
     next one would still start within `window_seconds` of the push's first arrival (it is
     `age_seconds` old now), and for `max_attempts` attempts at most."""
+    if outcome.kind is OutcomeKind.DEFERRED:
+        delay = outcome.delay_seconds or 0.0
+        return Outcome(OutcomeKind.TRANSIENT) if age_seconds + delay > window_seconds else Retry(job, delay)
     gone = outcome.kind is OutcomeKind.DEAD and outcome.confirm_by_retry
     retryable = outcome.kind is OutcomeKind.TRANSIENT or gone
     if not retryable:

@@ -55,6 +55,7 @@ class OutcomeKind(enum.Enum):
     DEAD = "dead"  # the token or webhook is gone: forget the address if unchanged
     MISMATCH = "mismatch"  # the token belongs to another app or sender
     REJECTED = "rejected"  # refused for good; not retried
+    DEFERRED = "deferred"  # not attempted (its host is busy or parked): again later, no attempt spent
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,10 @@ class Outcome:
     pause_channel: bool = False
     # DEAD only when every attempt said so (a webhook's 404/410): retry first.
     confirm_by_retry: bool = False
+    # While it waits to be tried again, a newer push for the same destination and subject may
+    # replace it (a failure: the device needs only the latest). Not so for a push deferred only
+    # because its host was busy: every one of those goes.
+    replaceable: bool = True
 
 
 DELIVERED = Outcome(OutcomeKind.DELIVERED)
@@ -73,3 +78,7 @@ REJECTED = Outcome(OutcomeKind.REJECTED)
 MISMATCH = Outcome(OutcomeKind.MISMATCH)
 DEAD = Outcome(OutcomeKind.DEAD)
 TRANSIENT = Outcome(OutcomeKind.TRANSIENT)
+
+
+def deferred(seconds: float, *, replaceable: bool) -> Outcome:
+    return Outcome(OutcomeKind.DEFERRED, delay_seconds=seconds, replaceable=replaceable)

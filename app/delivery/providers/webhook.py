@@ -10,16 +10,19 @@ from __future__ import annotations
 import base64
 import contextvars
 import hmac
+import logging
 import socket
 import ssl
 import time
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from app.delivery.deadlines import Deadlines
+from app.delivery.host_guard import HostGuard
 from app.delivery.provider import DEFAULT_APP
-from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Outcome, OutcomeKind, Push
+from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Outcome, OutcomeKind, Push, deferred
 from app.delivery.url_policy import (
     SharedLookups,
     UrlNotAllowed,
@@ -39,6 +42,12 @@ RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
     (range(500, 600), TRANSIENT),
 )
 TRANSIENT_ERRORS = (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError)
+# A timeout or a failed connection: transient, and counted against the host by its breaker (a
+# host answering within the bound, whatever it answers, is reachable).
+UNREACHABLE = Outcome(OutcomeKind.TRANSIENT)
+MAX_PER_HOST = 16
+
+log = logging.getLogger(__name__)
 
 _pinned: contextvars.ContextVar[tuple[str, tuple[str, ...]]] = contextvars.ContextVar("pinned_addresses")
 
@@ -98,14 +107,30 @@ def _resolve_result(host: str, address: str, port: int) -> ResolveResult:
     return {"hostname": host, "host": address, "port": port, "family": family, "proto": 0, "flags": 0}
 
 
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """The webhook channel's configuration: which URLs may be called, and how many attempts may
+    be in flight to one host."""
+
+    policy: UrlPolicy
+    max_per_host: int = MAX_PER_HOST
+
+
 class WebhookProvider:
     channel = "http"
 
     def __init__(
-        self, policy: UrlPolicy, timeout_seconds: float, max_connections: int = 512, *, app: str = DEFAULT_APP
+        self,
+        policy: UrlPolicy,
+        timeout_seconds: float,
+        max_connections: int = 512,
+        *,
+        max_per_host: int = MAX_PER_HOST,
+        app: str = DEFAULT_APP,
     ) -> None:
         self.app = app
         self._policy = policy
+        self._hosts = HostGuard(max_per_host)
         self._lookups = SharedLookups()
         # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
         self._deadlines = Deadlines(timeout_seconds)
@@ -123,6 +148,12 @@ class WebhookProvider:
             skip_auto_headers=("User-Agent",),
         )
 
+    @classmethod
+    def from_config(
+        cls, config: WebhookConfig, timeout_seconds: float, *, app: str = DEFAULT_APP
+    ) -> WebhookProvider:
+        return cls(config.policy, timeout_seconds, max_per_host=config.max_per_host, app=app)
+
     async def send(self, push: Push) -> Outcome:
         body, key, message_id = push.payload, push.signing_key, push.message_id
         if not key or message_id is None or not isinstance(body, bytes):
@@ -133,6 +164,11 @@ class WebhookProvider:
             return TRANSIENT
         except UrlNotAllowed:
             return REJECTED
+        destination = f"{checked.target.host}:{checked.target.port}"
+        wait = self._hosts.admit(destination)
+        if wait is not None:  # a parked host's pushes may be replaced while they wait; a busy one's not
+            return deferred(wait, replaceable=self._hosts.is_parked(destination))
+        outcome = UNREACHABLE
         _pinned.set((checked.target.host, checked.addresses))
         headers = signed_headers(key, message_id, int(time.time()), body)
         # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
@@ -142,11 +178,15 @@ class WebhookProvider:
                     push.address, data=body, headers=headers, allow_redirects=False
                 ) as response:
                     await _read_answer(response)
-                    return outcome_for_status(response.status)
+                    outcome = outcome_for_status(response.status)
         except TRANSIENT_ERRORS:
-            return TRANSIENT
+            outcome = UNREACHABLE
         except aiohttp.ClientError:
-            return REJECTED
+            outcome = REJECTED
+        finally:
+            if self._hosts.release(destination, unreachable=outcome is UNREACHABLE):
+                log.warning("a webhook host is parked after repeated timeouts or refused connections")
+        return outcome
 
     async def close(self) -> None:
         await self._session.close()
