@@ -1,4 +1,4 @@
-"""HostGuard: at most N attempts in flight per host, and a breaker for hosts that do not answer."""
+"""HostGuard: a slow host gets at most N attempts in flight, and a breaker parks hosts that do not answer."""
 
 from __future__ import annotations
 
@@ -19,14 +19,28 @@ class Clock:
         return self.now
 
 
-def test_a_host_takes_at_most_its_bound_and_others_are_not_affected() -> None:
+def test_a_host_not_yet_shown_fast_takes_at_most_its_bound_and_others_are_not_affected() -> None:
     guard = HostGuard(2, clock=Clock())
     assert guard.admit("a:443") is None and guard.admit("a:443") is None
     wait = guard.admit("a:443")
-    assert wait is not None and 0.5 <= wait < 1.5  # deferred about a second
+    assert wait is not None and 0.125 <= wait < 0.375  # soon: its speed is not known yet
+    assert not guard.is_parked("a:443")  # busy, not parked
     assert guard.admit("b:443") is None  # another host has its own bound
-    guard.release("a:443", unreachable=False)
+    guard.release("a:443", unreachable=False, seconds=4.0)
     assert guard.admit("a:443") is None
+    wait = guard.admit("a:443")
+    assert wait is not None and 2.0 <= wait < 6.0  # about one of its slow attempts
+
+
+def test_a_host_that_answers_fast_is_not_bounded_and_is_again_when_it_slows() -> None:
+    guard = HostGuard(2, clock=Clock())
+    assert guard.admit("relay:443") is None
+    guard.release("relay:443", unreachable=False, seconds=0.02)
+    assert [guard.admit("relay:443") for _ in range(200)] == [None] * 200  # an app's own relay
+    for _ in range(200):
+        guard.release("relay:443", unreachable=False, seconds=8.0)  # it slows down
+    assert guard.admit("relay:443") is None and guard.admit("relay:443") is None
+    assert guard.admit("relay:443") is not None
 
 
 def test_repeated_timeouts_park_the_host_then_one_probe_decides() -> None:
@@ -34,21 +48,20 @@ def test_repeated_timeouts_park_the_host_then_one_probe_decides() -> None:
     guard = HostGuard(16, failures_to_open=3, open_seconds=30.0, clock=clock)
     for n in range(3):
         assert guard.admit("dead:443") is None
-        assert guard.release("dead:443", unreachable=True) is (n == 2)  # parks on the third
+        assert guard.release("dead:443", unreachable=True, seconds=10.0) is (n == 2)  # parks on the third
     assert guard.parked() == 1 and guard.is_parked("dead:443") and not guard.is_parked("other:443")
     wait = guard.admit("dead:443")
     assert wait is not None and 30.0 <= wait < 31.0
     clock.now += 31
     assert guard.admit("dead:443") is None  # the probe
     assert guard.admit("dead:443") is not None  # the others wait for it
-    assert guard.release("dead:443", unreachable=True)  # the probe failed: parked twice as long
+    assert guard.release("dead:443", unreachable=True, seconds=10.0)  # the probe failed: twice as long
     wait = guard.admit("dead:443")
     assert wait is not None and 60.0 <= wait < 61.0
     clock.now += 61
     assert guard.admit("dead:443") is None
-    assert not guard.release("dead:443", unreachable=False)  # answered: closed again
-    assert guard.parked() == 0
-    assert [guard.admit("dead:443") for _ in range(16)] == [None] * 16
+    assert not guard.release("dead:443", unreachable=False, seconds=0.05)  # answered: closed again
+    assert guard.parked() == 0 and not guard.is_parked("dead:443")
 
 
 def test_parking_is_capped_and_idle_hosts_are_forgotten() -> None:
@@ -57,15 +70,15 @@ def test_parking_is_capped_and_idle_hosts_are_forgotten() -> None:
     for _ in range(5):
         clock.now += host_guard.MAX_OPEN_SECONDS + 1
         assert guard.admit("h:80") is None
-        guard.release("h:80", unreachable=True)
+        guard.release("h:80", unreachable=True, seconds=10.0)
     wait = guard.admit("h:80")
     assert wait is not None and wait <= host_guard.MAX_OPEN_SECONDS + 1
     for n in range(100):
         assert guard.admit(f"ok{n}:443") is None
-        guard.release(f"ok{n}:443", unreachable=False)
-    clock.now += 2 * host_guard.MAX_OPEN_SECONDS + host_guard.PRUNE_SECONDS
+        guard.release(f"ok{n}:443", unreachable=False, seconds=0.01)
+    clock.now += host_guard.MAX_OPEN_SECONDS + host_guard.IDLE_SECONDS + host_guard.PRUNE_SECONDS
     guard.admit("x:443")
-    assert len(guard._hosts) == 1  # only the host in use now
+    assert list(guard._hosts) == ["x:443"]  # only the host in use now
 
 
 def job(attempt: int = 1) -> DeliveryJob:
@@ -74,11 +87,8 @@ def job(attempt: int = 1) -> DeliveryJob:
 
 @pytest.mark.parametrize("attempt", [1, 5, 15])
 def test_a_deferred_push_is_queued_again_without_spending_an_attempt(attempt: int) -> None:
-    step = next_step(
-        job(attempt), deferred(2.0, replaceable=False), 15, 1.0, window_seconds=3600.0, age_seconds=10.0
-    )
+    busy = deferred(2.0, replaceable=False)
+    step = next_step(job(attempt), busy, 15, 1.0, window_seconds=3600.0, age_seconds=10.0)
     assert isinstance(step, Retry) and step.job == job(attempt) and step.delay_seconds == 2.0
-    late = next_step(
-        job(attempt), deferred(2.0, replaceable=False), 15, 1.0, window_seconds=3600.0, age_seconds=3599.0
-    )
+    late = next_step(job(attempt), busy, 15, 1.0, window_seconds=3600.0, age_seconds=3599.0)
     assert late == Outcome(OutcomeKind.TRANSIENT)  # the window is over: counted as failed

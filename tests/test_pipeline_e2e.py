@@ -646,7 +646,7 @@ async def test_a_hanging_host_costs_a_healthy_host_nothing(some_stack, receiver:
         print(
             f"healthy host beside a hanging one: p50 {latencies[49] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
         )
-        # The floor is this process verifying 700 signed posts; without the bound it was the 10 s timeout.
-        assert p99 < 3.0
+        # The floor is this process verifying 700 signed posts (about 0.4 s); unbounded, the 10 s timeout.
+        assert p99 < 1.5
         assert receiver.active() <= 16
         receiver.release()

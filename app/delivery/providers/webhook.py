@@ -168,7 +168,7 @@ class WebhookProvider:
         wait = self._hosts.admit(destination)
         if wait is not None:  # a parked host's pushes may be replaced while they wait; a busy one's not
             return deferred(wait, replaceable=self._hosts.is_parked(destination))
-        outcome = UNREACHABLE
+        outcome, started = UNREACHABLE, time.monotonic()
         _pinned.set((checked.target.host, checked.addresses))
         headers = signed_headers(key, message_id, int(time.time()), body)
         # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
@@ -184,7 +184,8 @@ class WebhookProvider:
         except aiohttp.ClientError:
             outcome = REJECTED
         finally:
-            if self._hosts.release(destination, unreachable=outcome is UNREACHABLE):
+            took = time.monotonic() - started
+            if self._hosts.release(destination, unreachable=outcome is UNREACHABLE, seconds=took):
                 log.warning("a webhook host is parked after repeated timeouts or refused connections")
         return outcome
 
