@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from google.protobuf.message import Message
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api import messages
 from app.core import errors, metrics
+from app.core.database import is_unavailable
 from app.core.errors import Code, DomainError
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.recipients import service
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Decoder = Callable[[type[Message]], Message]
 # Errors that mean the database cannot be reached right now; the SDK retries them.
-_UNAVAILABLE_ERRORS = (OSError, sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,20 +125,11 @@ async def _within_deadline(runtime: Runtime, method: Method, request: Message, s
         return work.result()
     except DomainError:
         raise
-    except TimeoutError:
-        raise DomainError(Code.DEADLINE_EXCEEDED, errors.DEADLINE) from None
-    except _UNAVAILABLE_ERRORS:
-        log.warning("database unavailable during %s", method.name)
-        raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
-    except sa_exc.DBAPIError as error:
-        if not error.connection_invalidated:
-            log.exception("internal error during %s", method.name)
-            raise DomainError(Code.INTERNAL, "internal error") from None
-        # The connection was lost (a database restart, a failover): the pool has dropped it and
-        # the SDK's retry gets a new one.
-        log.warning("database unavailable during %s: the connection was lost", method.name)
-        raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
-    except Exception:
+    except Exception as error:
+        if is_unavailable(error):
+            # An outage, not a bug: one line without a stack, and the SDK retries later.
+            log.warning("database unavailable during %s (%s)", method.name, type(error).__name__)
+            raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
         log.exception("internal error during %s", method.name)
         raise DomainError(Code.INTERNAL, "internal error") from None
 

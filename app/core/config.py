@@ -30,6 +30,8 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite+aiosqlite:///./xmtp-push.db"
     redis_url: str | None = None
+    # A new database connection is given up after this: an outage answers UNAVAILABLE quickly.
+    database_connect_timeout_seconds: float = Field(5.0, gt=0, le=MAX_CALL_SECONDS)
     http_host: str = "127.0.0.1"
     http_port: int = Field(8080, ge=0, le=65535)
     grpc_host: str = "127.0.0.1"

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import MetaData, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
@@ -25,6 +26,30 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
+# SQLSTATEs that say the database cannot serve now, whatever the statement: connection exceptions
+# (class 08), insufficient resources (53: too many clients, out of memory or disk), the server
+# shutting down or starting up (57P01..57P05), and a database not accepting connections (55000,
+# ALLOW_CONNECTIONS false; our statements meet 55000 in no other way).
+UNAVAILABLE_STATES = ("08", "53", "57P01", "57P02", "57P03", "57P04", "57P05", "55000")
+_UNAVAILABLE_TYPES = (
+    OSError,
+    TimeoutError,
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+)
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether an error means the database cannot be reached or used now (an outage, not a bug)."""
+    if isinstance(error, _UNAVAILABLE_TYPES):
+        return True
+    if isinstance(error, sa_exc.DBAPIError):
+        state = getattr(error.orig, "sqlstate", None) or ""
+        return error.connection_invalidated or state.startswith(UNAVAILABLE_STATES)
+    return False
+
+
 def create_engine(settings: Settings) -> AsyncEngine:
     if settings.is_sqlite:
         return _sqlite_engine(settings.database_url)
@@ -33,8 +58,13 @@ def create_engine(settings: Settings) -> AsyncEngine:
         pool_size=20,
         max_overflow=10,
         pool_timeout=MAX_CALL_SECONDS,
-        pool_pre_ping=False,
-        connect_args={"timeout": 10, "command_timeout": MAX_CALL_SECONDS},
+        # A pooled connection is checked before use: after an outage, stale ones are replaced
+        # instead of failing the first work.
+        pool_pre_ping=True,
+        connect_args={
+            "timeout": settings.database_connect_timeout_seconds,
+            "command_timeout": MAX_CALL_SECONDS,
+        },
     )
 
 
