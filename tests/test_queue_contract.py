@@ -500,3 +500,23 @@ async def test_depth_counts_waiting_and_in_flight(steady_queue: WorkQueue) -> No
 
 async def test_ping(steady_queue: WorkQueue) -> None:
     assert await steady_queue.ping() is True
+
+
+# ---- consumers -----------------------------------------------------------------------------------------
+
+
+async def test_retiring_consumers_removes_only_those_holding_nothing(steady_queue: WorkQueue) -> None:
+    q = steady_queue
+    await q.add("s", [b"one", b"two"])
+    [held] = await q.read("s", "worker-a", 1, 0.05)
+    [done] = await q.read("s", "worker-b", 1, 0.05)
+    await q.commit("s", Commit(ack=[done.id]))
+    named = isinstance(q, RedisQueue)  # the in-process queue names no consumers
+    # worker-a still holds an entry: it stays, even when named; worker-b holds nothing: it goes.
+    assert await q.retire_consumers("s", 3600, ["worker-a", "worker-b"]) == (1 if named else 0)
+    assert await q.retire_consumers("s", 3600, ["worker-a"]) == 0
+    await q.commit("s", Commit(ack=[held.id]))
+    # Not named, but idle longer than allowed (here: any idle time at all) and holding nothing.
+    await asyncio.sleep(0.01)
+    assert await q.retire_consumers("s", 0.0) == (1 if named else 0)
+    assert await q.retire_consumers("no-such-stream", 0.0) == 0

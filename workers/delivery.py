@@ -28,6 +28,7 @@ from app.fanout.hints import RENDERERS
 from app.queue.base import Commit, Delayed, Entry, WorkQueue, delivery_stream
 from app.recipients.types import Channel, Target
 from app.runtime import Runtime
+from workers.outage import Outage
 
 log = logging.getLogger(__name__)
 _LABELS = {channel.value: channel.label for channel in Channel}
@@ -86,6 +87,7 @@ class DeliveryWorker:
         self._tally: Counter[tuple[str, str]] = Counter()
         self._tally_due = 0.0
         self._paused_until = 0.0
+        self._commits = Outage(log, f"{provider.channel} acknowledgements")
         # Set when an attempt ends leaving at least `refill` slots free; `_drained` when none is busy.
         self._slot_freed = asyncio.Event()
         self._drained = asyncio.Event()
@@ -100,14 +102,15 @@ class DeliveryWorker:
         drained = asyncio.Event()
         flusher = asyncio.create_task(self._flush_loop(drained))
         slots = [asyncio.create_task(self._slot()) for _ in range(self.capacity)]
+        outage = Outage(log, f"{self.channel} delivery")
         try:
             while not stop.is_set():
                 try:
                     await self._read_once()
-                except Exception:
+                    outage.succeeded()
+                except Exception as error:
                     # Entries read but not started stay pending and are reclaimed later.
-                    log.exception("%s delivery loop failed; continuing", self.channel)
-                    await asyncio.sleep(READ_BLOCK_SECONDS)
+                    await asyncio.sleep(outage.failed(error))
         finally:
             await self._drain()
             self._close_slots(slots)
@@ -266,9 +269,10 @@ class DeliveryWorker:
         commit, self._finished = self._finished, Commit()
         try:
             await self.queue.commit(self.stream, commit)
-        except Exception:
-            # Unacknowledged entries are reclaimed and retried later; nothing is lost.
-            log.exception("could not acknowledge %d %s deliveries", len(commit.ack), self.channel)
+            self._commits.succeeded()
+        except Exception as error:
+            # Unacknowledged entries are reclaimed and attempted again later; nothing is lost.
+            self._commits.failed(error)
 
     async def _drain(self) -> None:
         if self._busy:

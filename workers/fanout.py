@@ -12,6 +12,7 @@ from app.fanout.service import FanoutPage, fan_out_page
 from app.queue.base import ENVELOPES, Commit, Entry, WorkQueue, delivery_stream
 from app.recipients.types import Channel
 from app.runtime import Runtime
+from workers.outage import Outage
 
 log = logging.getLogger(__name__)
 READ_BLOCK_SECONDS = 1.0
@@ -29,6 +30,7 @@ class FanoutWorker:
         self.dedup_ttl = runtime.settings.dedup_ttl_seconds
 
     async def run(self, stop: asyncio.Event) -> None:
+        outage = Outage(log, "fan-out")
         while not stop.is_set():
             try:
                 entries = await self.queue.read(
@@ -36,10 +38,10 @@ class FanoutWorker:
                 )
                 if entries:
                     await self._handle(entries)
-            except Exception:
+                outage.succeeded()
+            except Exception as error:
                 # What was not acknowledged is reclaimed and fanned out again later.
-                log.exception("fan-out loop failed; continuing")
-                await asyncio.sleep(READ_BLOCK_SECONDS)
+                await asyncio.sleep(outage.failed(error))
 
     async def _handle(self, entries: list[Entry]) -> None:
         """Fan out a batch of entries on one database connection, then acknowledge them and queue

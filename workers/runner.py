@@ -17,11 +17,15 @@ from app.recipients.types import Channel
 from app.runtime import Runtime
 from workers.delivery import DeliveryWorker
 from workers.fanout import run_fanout
+from workers.outage import Outage
 
 log = logging.getLogger(__name__)
 PROMOTE_BATCH = 1000
 PROMOTE_IDLE_SECONDS = 0.05
 GAUGE_SECONDS = 5.0
+# Consumers of workers gone this long (with nothing pending) are removed from their groups.
+DEAD_CONSUMER_SECONDS = 3600.0
+PRUNE_EVERY = 12  # gauge rounds: once a minute
 
 
 def consumer_name() -> str:
@@ -34,15 +38,21 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
         raise RuntimeError("workers need a queue")
     consumer = consumer_name()
     targets = RecipientTargets(runtime.sessions, runtime.reads)
+    providers = xmtp_providers(runtime)
     await asyncio.gather(
         run_fanout(runtime, queue, consumer, stop),
-        *(
-            DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}").run(stop)
-            for p in xmtp_providers(runtime)
-        ),
+        *(DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}").run(stop) for p in providers),
         promote_retries(queue, stop),
         report_depths(queue, stop),
     )
+    # Stopped cleanly, everything acknowledged: this process's consumer names leave their groups.
+    fanout_names = [f"{consumer}-fanout-{n}" for n in range(runtime.settings.fanout_concurrency)]
+    with contextlib.suppress(Exception):
+        await queue.retire_consumers(ENVELOPES, DEAD_CONSUMER_SECONDS, fanout_names)
+        for p in providers:
+            await queue.retire_consumers(
+                delivery_stream(p.channel), DEAD_CONSUMER_SECONDS, [f"{consumer}-{p.channel}"]
+            )
 
 
 def xmtp_providers(runtime: Runtime) -> list[Provider]:
@@ -53,23 +63,31 @@ def xmtp_providers(runtime: Runtime) -> list[Provider]:
 
 async def promote_retries(queue: WorkQueue, stop: asyncio.Event) -> None:
     """Move retries that are due back onto their channel's stream."""
+    outage = Outage(log, "retry promotion")
     while not stop.is_set():
         try:
             moved = await queue.promote_due(time.time(), PROMOTE_BATCH)
-        except Exception:
-            log.exception("could not promote due retries")
-            moved = 0
+            outage.succeeded()
+        except Exception as error:
+            await _wait(stop, outage.failed(error))
+            continue
         if moved < PROMOTE_BATCH:
             await _wait(stop, PROMOTE_IDLE_SECONDS)
 
 
 async def report_depths(queue: WorkQueue, stop: asyncio.Event) -> None:
+    """Queue gauges every few seconds; once a minute, the consumers of workers long gone are pruned."""
     streams = [ENVELOPES, *(delivery_stream(c.label) for c in Channel if c is not Channel.UNSPECIFIED)]
+    rounds = 0
     while not stop.is_set():
         with contextlib.suppress(Exception):
             for stream in streams:
                 metrics.queue_depth.labels(stream).set(await queue.depth(stream))
             metrics.queue_depth.labels("retries").set(await queue.delayed_count())
+            if rounds % PRUNE_EVERY == 0:
+                for stream in streams:
+                    await queue.retire_consumers(stream, DEAD_CONSUMER_SECONDS)
+        rounds += 1
         await _wait(stop, GAUGE_SECONDS)
 
 

@@ -74,6 +74,10 @@ class WorkQueue(Protocol):
 
     async def delayed_count(self) -> int: ...
 
+    async def retire_consumers(self, stream: str, idle_seconds: float, names: Sequence[str] = ()) -> int:
+        """Remove the stream's consumers that hold no entries and are in `names` or idle longer
+        than `idle_seconds` (a worker that stopped, or died and was taken over); how many."""
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...

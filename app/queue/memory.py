@@ -134,6 +134,9 @@ class MemoryQueue:
     async def delayed_count(self) -> int:
         return sum(1 for _, number, delayed in self._delayed if not self._superseded(number, delayed))
 
+    async def retire_consumers(self, stream: str, idle_seconds: float, names: Sequence[str] = ()) -> int:
+        return 0  # consumers are not named in this process's queue
+
     async def ping(self) -> bool:
         return True
 

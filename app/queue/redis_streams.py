@@ -254,6 +254,21 @@ class RedisQueue:
     async def delayed_count(self) -> int:
         return int(await self._redis.zcard(DELAYED_KEY))
 
+    async def retire_consumers(self, stream: str, idle_seconds: float, names: Sequence[str] = ()) -> int:
+        key = self._key(stream)
+        try:
+            consumers = await self._redis.xinfo_consumers(key, GROUP_NAME)
+        except ResponseError:  # no such stream or group yet
+            return 0
+        retired = 0
+        for consumer in consumers:
+            name = _text(consumer["name"])
+            idle = int(consumer["idle"]) / 1000
+            if consumer["pending"] == 0 and (name in names or idle > idle_seconds):
+                await self._redis.xgroup_delconsumer(key, GROUP_NAME, name)  # answers its pending: 0
+                retired += 1
+        return retired
+
     async def ping(self) -> bool:
         try:
             return bool(await self._redis.ping())
