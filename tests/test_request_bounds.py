@@ -117,3 +117,25 @@ async def test_a_body_that_trickles_is_given_up_at_the_request_timeout(api: Api)
     assert status == 504
     assert json.loads(body)["code"] == "deadline_exceeded"
     assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_headers_that_trickle_are_cut_off_at_the_request_timeout(api: Api) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", api.http_port)
+    started = asyncio.get_running_loop().time()
+    writer.write(b"POST /v1/envelopes HTTP/1.1\r\nhost: x\r\n")
+    closed = False
+    for _ in range(40):  # a header byte every 0.1 s, for up to 4 s
+        try:
+            writer.write(b"x")
+            await writer.drain()
+            if await asyncio.wait_for(reader.read(1024), 0.1) == b"":
+                closed = True
+                break
+        except TimeoutError:
+            continue
+        except ConnectionError:
+            closed = True
+            break
+    writer.close()
+    assert closed, "the server kept a connection whose headers never ended"
+    assert asyncio.get_running_loop().time() - started < 3.0  # the request timeout here is 1 s

@@ -18,6 +18,7 @@ from app.api.main import create_app
 from app.core.collector import settle_after_start_up
 from app.core.config import Settings
 from app.runtime import Runtime, open_runtime
+from workers.http_protocol import header_bound_protocol
 from workers.listener import run_listener
 from workers.runner import run_workers
 from workers.sweeper import run_sweeper
@@ -59,6 +60,7 @@ async def running_api(runtime: Runtime) -> AsyncIterator[ApiServers]:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACE_SECONDS,
+        http=header_bound_protocol(settings.request_timeout_seconds),
     )
     http_server = _HttpServer(config)
     http_task = asyncio.create_task(http_server.serve())
