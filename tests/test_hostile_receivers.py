@@ -77,6 +77,7 @@ async def test_a_receiver_answering_with_a_huge_body_gets_its_hint_and_is_not_re
     finally:
         await provider.close()
     grown_mb = (psutil.Process(os.getpid()).memory_info().rss - rss_before) / 1e6
+    print(f"two 1 GiB answers: the process grew {grown_mb:.1f} MB; the receiver wrote {receiver.written}")
     assert [o.kind for o in outcomes] == [OutcomeKind.DELIVERED] * 2
     await asyncio.sleep(0.2)  # the receiver notices the hang-up
     assert len(receiver.written) == 2
