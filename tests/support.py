@@ -97,9 +97,10 @@ class Api:
 
 
 @asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Api]:
+async def running(settings: Settings, *, clear: bool = True) -> AsyncIterator[Api]:
     async with open_runtime(settings) as runtime, running_api(runtime) as servers:
-        await clear_tables(runtime)
+        if clear:
+            await clear_tables(runtime)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{servers.grpc_port}")
         base_url = f"http://127.0.0.1:{servers.http_port}"
         async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:

@@ -8,6 +8,7 @@ returns succeeds (pooled connections are checked before use).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -85,3 +86,27 @@ def test_outage_states_are_told_from_bugs() -> None:
         assert not is_unavailable(dbapi(state)), state
     assert is_unavailable(ConnectionRefusedError()) and is_unavailable(sa_exc.TimeoutError())
     assert not is_unavailable(ValueError())
+
+
+async def test_a_database_that_accepts_and_never_answers_is_unavailable_within_the_connect_timeout() -> None:
+    """A PostgreSQL address that takes the connection and then says nothing (a hung server, a
+    black-holing proxy): the call answers UNAVAILABLE once the connect timeout passes."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    settings = make_settings(
+        f"postgresql+asyncpg://postgres@127.0.0.1:{port}/test", database_connect_timeout_seconds=1.0
+    )
+    try:
+        async with running(settings, clear=False) as api:
+            started = asyncio.get_running_loop().time()
+            assert await call(api, "grpc", register(new_creds())) == UNAVAILABLE
+            assert asyncio.get_running_loop().time() - started < 5  # not the 30 s request bound
+    finally:
+        for writer in held:
+            writer.close()
+        silent.close()
