@@ -278,3 +278,20 @@ def test_dev_with_an_occupied_port_fails(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 pytest.fail("xmtp-push kept running although its HTTP port was taken")
             assert process.returncode != 0
+
+
+def test_dev_on_a_taken_grpc_port_exits_with_one_line(tmp_path: Path) -> None:
+    # Another server holds the port (without SO_REUSEPORT): start-up must stop, not share the port.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = clean_env(
+            XMTP_PUSH_DATABASE_URL=sqlite_url(tmp_path / "db.sqlite"),
+            XMTP_PUSH_GRPC_PORT=str(port),
+            XMTP_PUSH_HTTP_PORT=str(free_port()),
+        )
+        result = run(["dev"], env, tmp_path)
+    assert result.returncode == 3
+    assert f"xmtp-push: gRPC address 127.0.0.1:{port} is in use or cannot be bound" in result.stderr
+    assert "Traceback" not in result.stderr

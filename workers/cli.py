@@ -74,8 +74,14 @@ def _dev(settings: Settings) -> None:
 
 
 def run_loop(settings: Settings, main: Coroutine[Any, Any, None]) -> None:
-    with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
-        runner.run(main)
+    from app.api.grpc_server import PortUnavailable
+
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
+            runner.run(main)
+    except PortUnavailable as error:  # as uvicorn ends on a taken HTTP port: one line, exit 3
+        print(f"xmtp-push: {error}", file=sys.stderr)
+        raise SystemExit(3) from None
 
 
 def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -35,7 +35,16 @@ SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", 4 * 1024 * 1024),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    # grpcio sets SO_REUSEPORT by default: a second server on the same port would start too, and the
+    # kernel would split the calls between the two. A taken port must stop start-up instead.
+    ("grpc.so_reuseport", 0),
 ]
+
+
+class PortUnavailable(OSError):
+    """The gRPC address is taken or cannot be bound: start-up stops."""
+
+
 Handler = Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Coroutine[Any, Any, bytes]]
 
 
@@ -68,9 +77,12 @@ async def start_grpc_server(runtime: Runtime, host: str, port: int) -> tuple[grp
     # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpcio's answer to a taken port when it may not share it
+        bound = 0
     if bound == 0:
-        raise OSError("gRPC port could not be bound")
+        raise PortUnavailable(f"gRPC address {host}:{port} is in use or cannot be bound")
     await server.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
