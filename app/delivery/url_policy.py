@@ -16,7 +16,7 @@ import functools
 import ipaddress
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import psutil
@@ -86,6 +86,11 @@ class WebhookTarget:
     scheme: str
     host: str
     port: int
+    # "host:port": what per-host limits count by, made once here since checked URLs are memoised.
+    destination: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "destination", f"{self.host}:{self.port}")
 
 
 @dataclass(frozen=True, slots=True)

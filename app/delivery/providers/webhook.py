@@ -164,7 +164,7 @@ class WebhookProvider:
             return TRANSIENT
         except UrlNotAllowed:
             return REJECTED
-        destination = f"{checked.target.host}:{checked.target.port}"
+        destination = checked.target.destination
         wait = self._hosts.admit(destination)
         if wait is not None:  # a parked host's pushes may be replaced while they wait; a busy one's not
             return deferred(wait, replaceable=self._hosts.is_parked(destination))
