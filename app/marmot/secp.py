@@ -10,6 +10,7 @@ pyproject.toml and why this is the only module that touches them.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from coincurve import PrivateKey, PublicKey, PublicKeyXOnly
@@ -41,6 +42,13 @@ def _scalar(secret: bytes) -> bytes:
 def valid_secret(secret: bytes) -> bool:
     """1 <= secret < n, as 32 big-endian bytes."""
     return len(secret) == KEY_SIZE and bool(lib.secp256k1_ec_seckey_verify(GLOBAL_CONTEXT.ctx, secret))
+
+
+def fresh_secret() -> bytes:
+    """A random valid secret scalar."""
+    while not valid_secret(secret := os.urandom(KEY_SIZE)):
+        pass  # one draw in 2**128 lands outside [1, n)
+    return secret
 
 
 def lift_x(public_x: bytes) -> PublicKey:

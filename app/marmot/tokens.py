@@ -126,7 +126,7 @@ def seal_plaintext(
     """An EncryptedToken around any 1024-byte plaintext (tools and tests build bad ones with it)."""
     if len(plaintext) != PLAINTEXT_SIZE:
         raise TokenError("plaintext is not 1024 bytes")
-    ephemeral_secret = _fresh_secret() if ephemeral_secret is None else ephemeral_secret
+    ephemeral_secret = secp.fresh_secret() if ephemeral_secret is None else ephemeral_secret
     nonce = os.urandom(NONCE_SIZE) if nonce is None else nonce
     if len(nonce) != NONCE_SIZE:
         raise TokenError("nonce is not 12 bytes")
@@ -151,9 +151,3 @@ def encrypt_token(
     and tests). Fresh randomness for whatever is not given."""
     plaintext = token_plaintext(platform, token, padding)
     return seal_plaintext(server_public_x, plaintext, ephemeral_secret=ephemeral_secret, nonce=nonce)
-
-
-def _fresh_secret() -> bytes:
-    while not secp.valid_secret(secret := os.urandom(secp.KEY_SIZE)):
-        pass  # one draw in 2**128 lands outside [1, n)
-    return secret
