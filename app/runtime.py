@@ -11,12 +11,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.database import create_engine, create_session_factory
+from app.core.probes import Check, Probes
 from app.delivery.registry import ProviderRegistry, default_apps
 from app.queue.activity import ActivityLog, MemoryActivityLog, RedisActivityLog
-from app.queue.base import WorkQueue
+from app.queue.backlog import sample_backlog
+from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
 from app.queue.memory import MemoryQueue
 from app.queue.redis_streams import RedisQueue
 from app.recipients.service import RecipientRules
+from app.recipients.types import Channel
+
+# Every stream of the queue: envelopes to fan out, then one per XMTP channel.
+STREAMS = (ENVELOPES, *(delivery_stream(c.label) for c in Channel if c is not Channel.UNSPECIFIED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,26 @@ class Runtime:
         except Exception:
             return False
         return True
+
+    async def providers_ready(self) -> bool:
+        """Every channel the settings configure has its provider built."""
+        built = {(p.channel, p.app) for p in self.providers}
+        return all((a.channel, a.app) in built for a in default_apps(self.settings))
+
+    async def sample_gauges(self) -> None:
+        """The gauges read from outside the process: the backlog, from the queue."""
+        if self.queue is not None:
+            await sample_backlog(self.queue, STREAMS)
+
+    def probes(self, *checks: str) -> Probes:
+        """Readiness by the named checks (`database`, `redis`, `providers`); `redis` only with Redis."""
+        known: dict[str, Check] = {
+            "database": self.database_ready,
+            "redis": self.queue_ready,
+            "providers": self.providers_ready,
+        }
+        names = [name for name in checks if name != "redis" or self.settings.redis_url]
+        return Probes({name: known[name] for name in names}, self.sample_gauges)
 
 
 def _open_queue(settings: Settings, in_process_queue: bool) -> tuple[WorkQueue | None, ActivityLog | None]:

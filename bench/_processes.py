@@ -57,7 +57,7 @@ def xmtp_push_command() -> list[str]:
 
 def server_env(database_url: str) -> dict[str, str]:
     """This environment without any XMTP_PUSH_* setting, plus what a local benchmark server needs:
-    the database, HTTP and gRPC on free ports of 127.0.0.1, and webhooks to local plain-HTTP receivers."""
+    the database, HTTP, gRPC and metrics on free ports of 127.0.0.1, and webhooks to local plain-HTTP receivers."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XMTP_PUSH_")}
     env.update(
         {
@@ -66,6 +66,7 @@ def server_env(database_url: str) -> dict[str, str]:
             "XMTP_PUSH_HTTP_PORT": "0",
             "XMTP_PUSH_GRPC_HOST": "127.0.0.1",
             "XMTP_PUSH_GRPC_PORT": "0",
+            "XMTP_PUSH_METRICS_PORT": "0",
             "XMTP_PUSH_HTTP_ENABLED": "true",
             "XMTP_PUSH_HTTP_ALLOW_INSECURE": "true",
             "XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES": "true",

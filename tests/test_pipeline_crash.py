@@ -51,6 +51,7 @@ def worker_env(database_url: str, redis_url: str) -> dict[str, str]:
             "XMTP_PUSH_DATABASE_URL": database_url,
             "XMTP_PUSH_REDIS_URL": redis_url,
             "XMTP_PUSH_INGEST_TOKEN": "t",
+            "XMTP_PUSH_METRICS_PORT": "0",  # two workers on one host: a free port each
             "XMTP_PUSH_QUEUE_RECLAIM_SECONDS": "2",
             "XMTP_PUSH_RETRY_BASE_SECONDS": "0.2",
             # Topics of 25 subscribers fan out in pages of 10: next-page jobs cross the crash too.

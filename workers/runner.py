@@ -9,12 +9,12 @@ import os
 import socket
 import time
 
-from app.core import metrics
 from app.delivery.provider import DEFAULT_APP, Provider
+from app.queue.backlog import sample_backlog
 from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
 from app.recipients.targets import RecipientTargets
 from app.recipients.types import Channel
-from app.runtime import Runtime
+from app.runtime import STREAMS, Runtime
 from workers.delivery import DeliveryWorker
 from workers.fanout import run_fanout
 from workers.outage import Outage
@@ -43,7 +43,7 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
         run_fanout(runtime, queue, consumer, stop),
         *(DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}").run(stop) for p in providers),
         promote_retries(queue, stop),
-        report_depths(queue, stop),
+        watch_queue(queue, stop),
     )
     # Stopped cleanly, everything acknowledged: this process's consumer names leave their groups.
     fanout_names = [f"{consumer}-fanout-{n}" for n in range(runtime.settings.fanout_concurrency)]
@@ -75,17 +75,14 @@ async def promote_retries(queue: WorkQueue, stop: asyncio.Event) -> None:
             await _wait(stop, PROMOTE_IDLE_SECONDS)
 
 
-async def report_depths(queue: WorkQueue, stop: asyncio.Event) -> None:
-    """Queue gauges every few seconds; once a minute, the consumers of workers long gone are pruned."""
-    streams = [ENVELOPES, *(delivery_stream(c.label) for c in Channel if c is not Channel.UNSPECIFIED)]
+async def watch_queue(queue: WorkQueue, stop: asyncio.Event) -> None:
+    """The backlog every few seconds; once a minute, the consumers of workers long gone are pruned."""
     rounds = 0
     while not stop.is_set():
         with contextlib.suppress(Exception):
-            for stream in streams:
-                metrics.queue_depth.labels(stream).set(await queue.depth(stream))
-            metrics.queue_depth.labels("retries").set(await queue.delayed_count())
+            await sample_backlog(queue, STREAMS)
             if rounds % PRUNE_EVERY == 0:
-                for stream in streams:
+                for stream in STREAMS:
                     await queue.retire_consumers(stream, DEAD_CONSUMER_SECONDS)
         rounds += 1
         await _wait(stop, GAUGE_SECONDS)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,8 @@ from typing import Any
 import grpc
 import uvicorn
 
-from app.api.grpc_server import start_grpc_server
+from app.api.grpc_server import PortUnavailable, start_grpc_server
+from app.api.health import create_probe_app
 from app.api.main import create_app
 from app.core.collector import settle_after_start_up
 from app.core.config import Settings
@@ -48,38 +50,81 @@ class ApiServers:
     grpc_port: int
 
 
+@dataclass(slots=True)
+class HttpServer:
+    """A running uvicorn server and its bound port."""
+
+    server: _HttpServer
+    task: asyncio.Task[None]
+    port: int
+
+
 @contextlib.asynccontextmanager
-async def running_api(runtime: Runtime) -> AsyncIterator[ApiServers]:
-    """Start HTTP and gRPC on the configured addresses (port 0 picks a free one)."""
-    settings = runtime.settings
-    grpc_server, grpc_port = await start_grpc_server(runtime, settings.grpc_host, settings.grpc_port)
+async def running_http(app: Any, settings: Settings, port: int, what: str) -> AsyncIterator[HttpServer]:
+    """Serve `app` (an ASGI app) on the HTTP host and `port` (0 picks a free one); a taken port stops start-up."""
+    sock = _bind(settings.http_host, port, what)
     config = uvicorn.Config(
-        create_app(runtime),
-        host=settings.http_host,
-        port=settings.http_port,
+        app,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACE_SECONDS,
         http=header_bound_protocol(settings.request_timeout_seconds),
     )
-    http_server = _HttpServer(config)
-    http_task = asyncio.create_task(http_server.serve())
+    server = _HttpServer(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        http_port = await _bound_http_port(http_server, http_task)
-        yield ApiServers(http_server, http_task, grpc_server, http_port, grpc_port)
+        await _started(server, task)
+        yield HttpServer(server, task, int(sock.getsockname()[1]))
     finally:
-        http_server.should_exit = True
-        await asyncio.gather(http_task, return_exceptions=True)
+        server.should_exit = True
+        await asyncio.gather(task, return_exceptions=True)
+        sock.close()
+
+
+def _bind(host: str, port: int, what: str) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError:
+        raise PortUnavailable(f"{what} address {host}:{port} cannot be bound") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise PortUnavailable(f"{what} address {host}:{port} is in use or cannot be bound") from None
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def running_api(runtime: Runtime) -> AsyncIterator[ApiServers]:
+    """Start HTTP and gRPC on the configured addresses (port 0 picks a free one)."""
+    settings = runtime.settings
+    grpc_server, grpc_port = await start_grpc_server(runtime, settings.grpc_host, settings.grpc_port)
+    try:
+        async with running_http(create_app(runtime), settings, settings.http_port, "HTTP") as http:
+            yield ApiServers(http.server, http.task, grpc_server, http.port, grpc_port)
+    finally:
         await grpc_server.stop(GRACE_SECONDS)
 
 
-async def _bound_http_port(server: _HttpServer, task: asyncio.Task[None]) -> int:
+@contextlib.asynccontextmanager
+async def serving_probes(runtime: Runtime, *checks: str) -> AsyncIterator[int]:
+    """/healthz, /readyz (by `checks`) and /metrics on the metrics port; yields the bound port."""
+    app = create_probe_app(runtime.probes(*checks))
+    async with running_http(app, runtime.settings, runtime.settings.metrics_port, "metrics") as http:
+        log.info("serving /healthz, /readyz and /metrics on port %d", http.port)
+        yield http.port
+
+
+async def _started(server: _HttpServer, task: asyncio.Task[None]) -> None:
     while not server.started:
         if task.done():
             task.result()
             raise OSError("HTTP server stopped during start-up")
         await asyncio.sleep(0.01)
-    return int(server.servers[0].sockets[0].getsockname()[1])
 
 
 @contextlib.asynccontextmanager
@@ -126,7 +171,10 @@ async def serve_dev(settings: Settings) -> None:
 
 async def serve_listener(settings: Settings) -> None:
     stop = _stop_on_signals()
-    async with open_runtime(settings, sends=False) as runtime:
+    async with (
+        open_runtime(settings, sends=False) as runtime,
+        serving_probes(runtime, "database", "redis"),
+    ):
         settle_after_start_up(settings.gc_young_threshold)
         log.info("listener started")
         await run_listener(runtime, stop)
@@ -135,7 +183,11 @@ async def serve_listener(settings: Settings) -> None:
 
 async def serve_worker(settings: Settings) -> None:
     stop = _stop_on_signals()
-    async with open_runtime(settings) as runtime, background(runtime, [], stop):
+    async with (
+        open_runtime(settings) as runtime,
+        serving_probes(runtime, "redis", "providers"),
+        background(runtime, [], stop),
+    ):
         settle_after_start_up(settings.gc_young_threshold)
         log.info("worker started")
         await run_workers(runtime, stop)

@@ -19,6 +19,8 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
     """Build the app around a started runtime (None only to render the OpenAPI document)."""
     app = FastAPI(title="xmtp-push", version=__version__, description=DESCRIPTION)
     app.state.runtime = runtime
+    if runtime is not None:
+        app.state.probes = runtime.probes("database", "redis")
     app.include_router(connect.router)
     app.include_router(ingest.router)
     app.include_router(health.router)

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     http_port: int = Field(8080, ge=0, le=65535)
     grpc_host: str = "127.0.0.1"
     grpc_port: int = Field(50051, ge=0, le=65535)
+    # Where `worker` and `listen` serve /healthz, /readyz and /metrics (on HTTP_HOST); 0 picks a free
+    # port. Processes sharing a host each need their own (or 0).
+    metrics_port: int = Field(9464, ge=0, le=65535)
     ingest_token: str | None = None
     # The largest POST /v1/envelopes body taken in; a larger one is refused while it streams.
     ingest_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)

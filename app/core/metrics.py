@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from app import __version__
+
 RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # action: registered | unregistered | expired | dead
@@ -37,3 +39,50 @@ listener_catchup_total = Counter("xmtp_push_listener_catchup_envelopes", "Envelo
 listener_lag_seconds = Gauge(
     "xmtp_push_listener_lag_seconds", "Now minus originator_ns of the newest envelope"
 )
+listener_lag_envelopes = Gauge(
+    "xmtp_push_listener_lag_envelopes",
+    "Envelopes the node has shown (its newest per originator) that are not queued yet",
+)
+# 0: not connected (connecting or backing off), 1: catching up, 2: live on the firehose
+listener_state = Gauge("xmtp_push_listener_state", "0 connecting, 1 catching up, 2 live")
+
+# The backlog, read from the queue at scrape time by any process that sees it (dashboards take max).
+queue_oldest_seconds = Gauge(
+    "xmtp_push_queue_oldest_seconds", "Age of the oldest entry not yet acknowledged", ["queue"]
+)
+retries_waiting = Gauge("xmtp_push_retries_waiting", "Delivery retries waiting for their time")
+
+# Attempts that end in a retry (a transient failure), and pushes put back without an attempt.
+retries_total = Counter("xmtp_push_retries", "Attempts that failed and were queued again", ["channel"])
+deferred_total = Counter(
+    "xmtp_push_deferred",
+    "Pushes put back without an attempt (busy or parked host, paused channel)",
+    ["channel"],
+)
+webhook_parked_hosts = Gauge("xmtp_push_webhook_parked_hosts", "Webhook hosts parked by their breaker")
+
+# Providers: connections and credentials, per channel and app (apps are operator-configured names).
+provider_connections = Gauge(
+    "xmtp_push_provider_connections", "Connections open to the provider", ["channel", "app"]
+)
+provider_connects_total = Counter(
+    "xmtp_push_provider_connects", "Connections opened to the provider", ["channel", "app"]
+)
+credentials_ok = Gauge(
+    "xmtp_push_credentials_ok",
+    "1 while the provider accepts the credentials (or has not judged them yet), 0 after a refusal",
+    ["channel", "app"],
+)
+credentials_refused_total = Counter(
+    "xmtp_push_credentials_refused", "Answers refusing the credentials", ["channel", "app"]
+)
+apns_token_age_seconds = Gauge(
+    "xmtp_push_apns_token_age_seconds", "Age of the APNs provider token (JWT) in use", ["app"]
+)
+# result: ok | failed
+fcm_token_refreshes_total = Counter(
+    "xmtp_push_fcm_token_refreshes", "FCM OAuth access-token fetches", ["app", "result"]
+)
+
+build_info = Gauge("xmtp_push_build_info", "The running version (always 1)", ["version"])
+build_info.labels(__version__).set(1)

@@ -72,6 +72,9 @@ class WorkQueue(Protocol):
     async def depth(self, stream: str) -> int:
         """Entries on the stream not yet acknowledged (waiting or in flight)."""
 
+    async def oldest(self, stream: str) -> float | None:
+        """When (Unix seconds) the stream's oldest entry not yet acknowledged was added; None if empty."""
+
     async def delayed_count(self) -> int: ...
 
     async def retire_consumers(self, stream: str, idle_seconds: float, names: Sequence[str] = ()) -> int:

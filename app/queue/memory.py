@@ -45,7 +45,9 @@ class MemoryQueue:
 
     def _append(self, stream: str, payloads: Sequence[bytes]) -> None:
         waiting = self._stream(stream).waiting
-        waiting.extend(Entry(f"{next(self._ids)}-0", payload) for payload in payloads)
+        # Ids as Redis makes them, the milliseconds of the addition first (see `oldest`).
+        added = int(time.time() * 1000)
+        waiting.extend(Entry(f"{added}-{next(self._ids)}", payload) for payload in payloads)
 
     async def add(self, stream: str, payloads: Sequence[bytes]) -> None:
         async with self._changed:
@@ -130,6 +132,12 @@ class MemoryQueue:
     async def depth(self, stream: str) -> int:
         state = self._stream(stream)
         return len(state.waiting) + len(state.pending)
+
+    async def oldest(self, stream: str) -> float | None:
+        state = self._stream(stream)
+        ids = [state.waiting[0].id] if state.waiting else []
+        ids += list(state.pending)
+        return min((int(i.partition("-")[0]) / 1000 for i in ids), default=None)
 
     async def delayed_count(self) -> int:
         return sum(1 for _, number, delayed in self._delayed if not self._superseded(number, delayed))

@@ -251,6 +251,14 @@ class RedisQueue:
     async def depth(self, stream: str) -> int:
         return int(await self._redis.xlen(self._key(stream)))
 
+    async def oldest(self, stream: str) -> float | None:
+        # Acknowledged entries are deleted, so the first one left is the oldest waiting or in flight;
+        # its id starts with the milliseconds at which it was added.
+        first = await self._redis.xrange(self._key(stream), count=1)
+        if not first:
+            return None
+        return int(_text(first[0][0] or b"0").partition("-")[0]) / 1000
+
     async def delayed_count(self) -> int:
         return int(await self._redis.zcard(DELAYED_KEY))
 
