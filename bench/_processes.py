@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 
 # What `xmtp-push api` and `xmtp-push dev` log once both servers listen.
-SERVING = re.compile(r"serving HTTP on port (\d+) and gRPC on port (\d+)")
+SERVING = re.compile(r"serving http=\S*:(\d+) grpc=\S*:(\d+)")
 READY_SECONDS = 60.0
 STOP_SECONDS = 30.0
 ERROR_MARKERS = (" ERROR ", "Traceback", "CRITICAL", '"level": "error"', '"level":"error"')

@@ -51,7 +51,13 @@ ALL_TRANSPORTS = ("grpc", "json", "proto")
 MALFORMED = "request is malformed"
 NOT_REGISTERED = "recipient is not registered"
 BAD_SECRET = "recipient secret is not valid"
-NOT_CONFIGURED = "channel is not configured"
+# Row 4 names the channel and what configures it (the spec's message, then the operator's hint).
+NOT_CONFIGURED = {
+    "apns": "channel is not configured: apns needs XMTP_PUSH_APNS_KEY, XMTP_PUSH_APNS_KEY_ID, "
+    "XMTP_PUSH_APNS_TEAM_ID and XMTP_PUSH_APNS_BUNDLE_ID",
+    "fcm": "channel is not configured: fcm needs XMTP_PUSH_FCM_SERVICE_ACCOUNT",
+    "http": "channel is not configured: http needs XMTP_PUSH_HTTP_ENABLED=true",
+}
 URL_NOT_ALLOWED = "webhook url is not allowed"
 KEY_LENGTH = "webhook signing key length is not allowed"
 SUBSCRIPTION_MALFORMED = "subscription is malformed"

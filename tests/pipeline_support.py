@@ -442,10 +442,13 @@ class Pipeline:
             "/v1/envelopes", content=json.dumps({"envelopes": envelopes}), headers=headers
         )
 
-    async def ingest_ok(self, envelopes: list[dict[str, Any]]) -> None:
+    async def ingest_ok(self, envelopes: list[dict[str, Any]]) -> dict[str, Any]:
+        """Ingest, expecting every envelope accepted; returns the 202 answer."""
         response = await self.ingest(envelopes)
         assert response.status_code == 202, response.text
-        assert response.json() == {"accepted": len(envelopes)}
+        answer: dict[str, Any] = response.json()
+        assert answer["accepted"] == len(envelopes), answer
+        return answer
 
     async def ingest_proto(self, body: bytes, token: str = INGEST_TOKEN) -> httpx.Response:
         headers = {"content-type": "application/x-protobuf", "authorization": f"Bearer {token}"}

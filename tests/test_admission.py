@@ -254,7 +254,8 @@ async def test_row4_channel_not_configured(
     async with api_with(**overrides) as api:
         creds, _ = await seeded(api, delivery=apns() if "fcm" in delivery else fcm())
         for who in (new_creds(), creds):  # a new recipient, and a known one switching channel
-            await refused(api, register(who, delivery), "failed_precondition", NOT_CONFIGURED)
+            request = register(who, delivery)
+            await refused(api, request, "failed_precondition", NOT_CONFIGURED[request.WhichOneof("delivery")])
         # the configured channels still work
         other = fcm() if "fcm" not in delivery else apns()
         assert all(state.topic_count == 0 for state in await accepted(api, register(new_creds(), other)))
@@ -272,7 +273,7 @@ async def test_row4_before_url_key_and_target_checks(api_with: ApiWith) -> None:
             register(new_creds(), apns("a\x00b")),
             register(new_creds(), apns(), metadata=b"m" * 5000),
         ):
-            await refused(api, request, "failed_precondition", NOT_CONFIGURED)
+            await refused(api, request, "failed_precondition", NOT_CONFIGURED[request.WhichOneof("delivery")])
 
 
 # --- row 5: webhook URL not allowed -----------------------------------------------

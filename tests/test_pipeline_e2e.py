@@ -171,7 +171,12 @@ async def test_eligibility_suppression_and_exact_payloads(stack, receiver: Recei
             sent_by(root_a, 19, now, length=31),  # an hmac of the wrong length: sent
             envelope(g2, 30),
         ]
-        await pipe.ingest_ok(batch)
+        # Accepted whole, and the answer says which of them wake nobody: should_push unset, kind other.
+        assert await pipe.ingest_ok(batch) == {
+            "accepted": len(batch),
+            "not_pushable": 3,
+            "not_pushable_reasons": {"group_message_without_should_push": 1, "kind_other": 2},
+        }
         # Protobuf ServerEnvelopes: bob's own message, a welcome (with an unknown field appended,
         # which a decoder must skip) and a key package.
         data = secrets.token_bytes(40)
@@ -184,7 +189,12 @@ async def test_eligibility_suppression_and_exact_payloads(stack, receiver: Recei
         for body in bodies:
             response = await pipe.ingest_proto(body)
             assert response.status_code == 202, response.text
-            assert response.json() == {"accepted": 1}
+            assert response.json()["accepted"] == 1
+        assert response.json() == {  # the key package
+            "accepted": 1,
+            "not_pushable": 1,
+            "not_pushable_reasons": {"kind_other": 1},
+        }
 
         expected = {
             welcomed.endpoint.path: {(wt, UINT64_MAX), (wt, 3)},

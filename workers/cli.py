@@ -15,7 +15,10 @@ COMMANDS = {
     "dev": "everything in one process on embedded defaults (SQLite, in-process queue); migrates first",
     "api": "HTTP API (Connect, ingest, health, metrics) and gRPC API",
     "worker": "fan-out and delivery workers (needs XMTP_PUSH_REDIS_URL); run as many as you like",
-    "listen": "the xmtpd firehose listener (one per deployment; needs XMTP_PUSH_XMTPD_ADDRESS and REDIS_URL)",
+    "listen": (
+        "the xmtpd firehose listener (one per deployment; needs XMTP_PUSH_XMTPD_ADDRESS and "
+        "XMTP_PUSH_REDIS_URL)"
+    ),
     "migrate": "apply database migrations (alembic upgrade head)",
 }
 

@@ -157,9 +157,18 @@ async def serve_api(
         # the process. Frozen, the collector stops rescanning it: full collections
         # over it paused the event loop for 50-140 ms at a time under load.
         settle_after_start_up(settings.gc_young_threshold)
-        log.info("serving HTTP on port %d and gRPC on port %d", servers.http_port, servers.grpc_port)
+        log.info(
+            "serving http=%s grpc=%s",
+            host_port(settings.http_host, servers.http_port),
+            host_port(settings.grpc_host, servers.grpc_port),
+        )
         await _first_of(stop.wait(), servers.http_task)
         log.info("stopping")
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port` as a client would dial it (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def serve_dev(settings: Settings) -> None:

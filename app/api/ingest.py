@@ -10,9 +10,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
+from app.envelopes.eligibility import KIND_OTHER, WITHOUT_SHOULD_PUSH
 from app.envelopes.parsing import MAX_BATCH, EnvelopeError, parse_json_batch, parse_server_envelope
 from app.envelopes.types import Envelope
-from app.fanout.service import enqueue_envelopes
+from app.fanout.service import Ingested, ingest_envelopes
 
 PROTOBUF = "application/x-protobuf"
 
@@ -31,6 +32,22 @@ _ENVELOPE_SCHEMA = {
         "is_commit_or_proposal": {"type": "boolean", "default": False},
         "sender_hmac": {"type": "string", "format": "byte"},
         "data": {"type": "string", "format": "byte"},
+    },
+}
+_ANSWER_SCHEMA = {
+    "type": "object",
+    "required": ["accepted", "not_pushable", "not_pushable_reasons"],
+    "properties": {
+        "accepted": {"type": "integer", "description": "envelopes queued for fan-out"},
+        "not_pushable": {"type": "integer", "description": "of those, how many no subscription receives"},
+        "not_pushable_reasons": {
+            "type": "object",
+            "description": (
+                f"count by reason: `{WITHOUT_SHOULD_PUSH}` (a group message that is not a commit or "
+                f"proposal, without `should_push`), `{KIND_OTHER}` (kind `other` is never pushed)"
+            ),
+            "additionalProperties": {"type": "integer"},
+        },
     },
 }
 _OPENAPI = {
@@ -56,12 +73,8 @@ _OPENAPI = {
     },
     "responses": {
         "202": {
-            "description": "queued for fan-out",
-            "content": {
-                "application/json": {
-                    "schema": {"type": "object", "properties": {"accepted": {"type": "integer"}}}
-                }
-            },
+            "description": "queued for fan-out; `not_pushable` of them reach no subscriber, by reason",
+            "content": {"application/json": {"schema": _ANSWER_SCHEMA}},
         },
         "400": {"description": "an envelope is malformed; the error names the field; nothing was queued"},
         "401": {"description": "missing or wrong bearer token"},
@@ -88,7 +101,7 @@ async def ingest(request: Request) -> JSONResponse:
     runtime = request.app.state.runtime
     token = runtime.settings.ingest_token
     if not token:
-        return _error(404, "ingest is disabled")
+        return _error(404, "ingest is disabled: set XMTP_PUSH_INGEST_TOKEN to enable it")
     if not _authorized(request, token):
         log.warning("ingest refused: bearer token is missing or not valid")
         return _error(401, "bearer token is missing or not valid")
@@ -115,12 +128,26 @@ async def ingest(request: Request) -> JSONResponse:
         log.error("ingest refused: no queue is configured")
         return _error(503, "no queue is configured")
     try:
-        accepted = await enqueue_envelopes(runtime.queue, envelopes)
+        ingested = await ingest_envelopes(runtime.queue, envelopes)
     except Exception:
         log.exception("ingest failed: the queue is unavailable")
         return _error(503, "queue is unavailable")
-    log.debug("ingested %d envelopes", accepted)
-    return JSONResponse({"accepted": accepted}, status_code=202)
+    return _answer(ingested)
+
+
+def _answer(ingested: Ingested) -> JSONResponse:
+    not_pushable = sum(ingested.not_pushable.values())
+    if not_pushable:  # accepted, yet nobody will be woken: say so where an operator looks
+        reasons = ", ".join(f"{reason} {count}" for reason, count in ingested.not_pushable.items())
+        log.info("ingested %d envelopes, %d not pushable (%s)", ingested.accepted, not_pushable, reasons)
+    else:
+        log.debug("ingested %d envelopes", ingested.accepted)
+    document = {
+        "accepted": ingested.accepted,
+        "not_pushable": not_pushable,
+        "not_pushable_reasons": ingested.not_pushable,
+    }
+    return JSONResponse(document, status_code=202)
 
 
 class _UnsupportedType(Exception):

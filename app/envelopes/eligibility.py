@@ -30,6 +30,18 @@ def audience(envelope: Envelope) -> Audience:
     return Audience.EVERY_SUBSCRIBER if envelope.should_push else Audience.NOBODY
 
 
+# Why an envelope is pushed to nobody, for the sender to read (never a topic or a value).
+WITHOUT_SHOULD_PUSH = "group_message_without_should_push"
+KIND_OTHER = "kind_other"
+
+
+def not_pushable_reason(envelope: Envelope) -> str | None:
+    """Why `audience(envelope)` is nobody, or None when some subscription may receive it."""
+    if audience(envelope) is not Audience.NOBODY:
+        return None
+    return WITHOUT_SHOULD_PUSH if envelope.kind is EnvelopeKind.GROUP_MESSAGE else KIND_OTHER
+
+
 def hmac_epoch(server_ns: int) -> int:
     """The epoch of the envelope's server timestamp, never of the local clock."""
     return server_ns // HMAC_EPOCH_NS

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import metrics
-from app.envelopes.eligibility import Audience, audience, is_own_message, wants
+from app.envelopes.eligibility import Audience, audience, is_own_message, not_pushable_reason, wants
 from app.envelopes.types import Envelope
 from app.fanout.delivery_job import first_attempts
 from app.fanout.fanout_job import FanoutJob, encode_job
@@ -37,6 +37,21 @@ async def enqueue_envelopes(
     await queue.add(ENVELOPES, jobs)
     metrics.envelopes_total.labels("ingested").inc(len(jobs))
     return len(jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What an ingest took in: how many envelopes were queued, and of those how many no subscriber
+    can receive, by reason (they are queued all the same, and counted as ineligible at fan-out)."""
+
+    accepted: int
+    not_pushable: dict[str, int]
+
+
+async def ingest_envelopes(queue: WorkQueue, envelopes: Sequence[Envelope]) -> Ingested:
+    accepted = await enqueue_envelopes(queue, envelopes)
+    reasons = Counter(reason for e in envelopes if (reason := not_pushable_reason(e)) is not None)
+    return Ingested(accepted, dict(sorted(reasons.items())))
 
 
 @dataclass(slots=True)

@@ -21,19 +21,30 @@ if TYPE_CHECKING:
     from app.ops.stats import Stats
 
 
+HELP = {
+    "send-test": "send a test hint to one recipient through its channel and print the outcome",
+    "stats": "recipients, subscriptions, queue depths and the last hour's delivery outcomes",
+    "config": "configuration tools (config check)",
+    "check": "validate configuration, credentials and dependencies; serve nothing",
+}
+
+
+def add(into: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """A command whose help line in the list is also its description under `--help`."""
+    parser: argparse.ArgumentParser = into.add_parser(name, help=HELP[name], description=HELP[name])
+    return parser
+
+
 def add_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    send = commands.add_parser("send-test", help="send a test hint to one recipient through its channel")
+    send = add(commands, "send-test")
     send.add_argument("recipient_id", help="the recipient id, 64 hex digits")
     send.add_argument("--topic", help="topic bytes as hex or base64 (default: a test topic)")
-    stats = commands.add_parser(
-        "stats", help="recipients, subscriptions, queue depths, outcomes of the last hour"
-    )
+    stats = add(commands, "stats")
     stats.add_argument("--json", action="store_true", help="print one JSON document")
-    config = commands.add_parser("config", help="configuration tools")
-    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
-    config_commands.add_parser(
-        "check", help="validate configuration, credentials and dependencies; serve nothing"
+    config_commands = add(commands, "config").add_subparsers(
+        dest="config_command", required=True, metavar="COMMAND"
     )
+    add(config_commands, "check")
 
 
 def _bytes_argument(value: str, name: str) -> bytes:

@@ -59,6 +59,20 @@ class RecipientRules:
         )
 
 
+# What configures each channel, named when a Register asks for one that is not configured: the
+# message stays constant per channel (no request data) and tells the operator what to set.
+CONFIGURED_BY = {
+    Channel.APNS: "XMTP_PUSH_APNS_KEY, XMTP_PUSH_APNS_KEY_ID, XMTP_PUSH_APNS_TEAM_ID and XMTP_PUSH_APNS_BUNDLE_ID",
+    Channel.FCM: "XMTP_PUSH_FCM_SERVICE_ACCOUNT",
+    Channel.HTTP: "XMTP_PUSH_HTTP_ENABLED=true",
+}
+
+
+def channel_not_configured(channel: Channel) -> DomainError:
+    message = f"{errors.CHANNEL_NOT_CONFIGURED}: {channel.label} needs {CONFIGURED_BY[channel]}"
+    return DomainError(Code.FAILED_PRECONDITION, message)
+
+
 def hash_secret(secret: bytes) -> bytes:
     return hashlib.sha256(secret).digest()
 
@@ -87,7 +101,7 @@ async def _admit_delivery(rules: RecipientRules, command: RegisterCommand) -> De
     """Checks 4 to 7 of a registration, in order."""
     delivery = command.delivery
     if delivery is not None and delivery.channel not in rules.configured_channels:
-        raise DomainError(Code.FAILED_PRECONDITION, errors.CHANNEL_NOT_CONFIGURED)
+        raise channel_not_configured(delivery.channel)
     if delivery is not None and delivery.channel is Channel.HTTP:
         await _check_url(delivery.target, rules.url_policy)
         validation.check_signing_key(delivery)
