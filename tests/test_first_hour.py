@@ -3,6 +3,7 @@ that says where to connect, and answers that say what to set or why nothing was 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import signal
@@ -12,6 +13,8 @@ import pytest
 
 from tests.pipeline_support import INGEST_TOKEN, Stack, envelope, group_topic, running_pipeline
 from tests.test_cli import clean_env, dev_env, free_port, run, started, stop, wait_healthy
+from tests.test_first_hint import section
+from tests.test_webhook_contract import table
 
 COMMANDS = ("dev", "api", "worker", "listen", "migrate", "send-test", "stats", "config")
 
@@ -100,3 +103,19 @@ async def test_an_envelope_nobody_will_receive_is_accepted_and_said_so(
     assert lines == [
         "ingested 5 envelopes, 3 not pushable (group_message_without_should_push 2, kind_other 1)"
     ]
+
+
+def test_the_readme_documents_ingest_as_the_openapi_document_does() -> None:
+    root = Path(__file__).resolve().parents[1]
+    text = section((root / "README.md").read_text(encoding="utf-8"), "### Ingest")
+    document = json.loads((root / "openapi" / "openapi.json").read_text(encoding="utf-8"))
+    post = document["paths"]["/v1/envelopes"]["post"]
+    batch = post["requestBody"]["content"]["application/json"]["schema"]["properties"]["envelopes"]
+    rows = {row[0].strip("`"): row[1] for row in table(text, "field")}
+    assert set(rows) == set(batch["items"]["properties"])
+    assert {name for name, required in rows.items() if required == "yes"} == set(batch["items"]["required"])
+    assert f"with {batch['minItems']} to {batch['maxItems']} of these" in " ".join(text.split())
+    answer = re.search(r"```json\n(.*?)\n```", text, flags=re.DOTALL)
+    assert answer is not None
+    schema = post["responses"]["202"]["content"]["application/json"]["schema"]
+    assert set(json.loads(answer.group(1))) == set(schema["properties"]) == set(schema["required"])
