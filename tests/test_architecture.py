@@ -3,7 +3,8 @@
 The package layers themselves are checked by `lint-imports` in `make lint` ([tool.importlinter] in
 pyproject.toml). This checks the words: a provider that mentions topics, sequence ids, recipients
 or hints has started to know where its pushes come from. APNs's own header `apns-topic` (the
-app's bundle id) and Apple's reason `DeviceTokenNotForTopic` are the channel's vocabulary.
+app's bundle id), Apple's reason `DeviceTokenNotForTopic` and Web Push's replacement header (named
+`Topic` by RFC 8030) are the channels' vocabulary.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 DELIVERY_CORE = Path(__file__).resolve().parents[1] / "app" / "delivery"
 SOURCE_WORDS = re.compile(r"topic|sequence|recipient|hint", re.IGNORECASE)
-CHANNEL_WORDS = re.compile(r"apns[-_ ]topic|DeviceTokenNotForTopic", re.IGNORECASE)
+CHANNEL_WORDS = re.compile(r'apns[-_ ]topic|DeviceTokenNotForTopic|COLLAPSE_HEADER = "topic"', re.IGNORECASE)
 
 
 def source_words(text: str) -> list[str]:
@@ -28,6 +29,7 @@ def test_the_check_finds_source_words_and_spares_the_channels_own() -> None:
         "topic",
     ]
     assert source_words('headers["apns-topic"]; push.apns_topic; "DeviceTokenNotForTopic"') == []
+    assert source_words('COLLAPSE_HEADER = "topic"') == []
 
 
 def test_no_module_of_the_delivery_core_mentions_topics_sequence_ids_recipients_or_hints() -> None:

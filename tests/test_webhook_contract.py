@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from app.delivery import host_guard, retry
+from app.delivery import host_guard, pinned_http, retry
 from app.delivery.providers import webhook
 from app.delivery.types import Outcome, OutcomeKind
 from app.fanout.delivery_job import DeliveryJob
@@ -84,7 +84,7 @@ def test_the_documented_bounds_are_the_codes(contract: str) -> None:
     text = " ".join(contract.split())
     assert f"when the first {retry.GONE_CONFIRMATIONS} attempts at a hint" in text
     assert f"doubling with each attempt, up to {retry.MAX_BACKOFF_SECONDS / 60:.0f} minutes" in text
-    assert f"at most {webhook.MAX_ANSWER_BYTES // 1024} KiB of the answer is read" in text
+    assert f"at most {pinned_http.MAX_ANSWER_BYTES // 1024} KiB of the answer is read" in text
     assert f"{host_guard.FAILURES_TO_OPEN} timeouts or failed connections" in text
     assert f"park it for {host_guard.OPEN_SECONDS:.0f} s" in text
     assert f"up to {host_guard.MAX_OPEN_SECONDS / 60:.0f} minutes; one probe decides" in text

@@ -1,6 +1,6 @@
 """Channel credentials, loaded and checked at start-up so a bad one stops the process early.
 
-`load_apns` and `load_fcm` take an app's values as written (text or a path) and the names its
+`load_apns`, `load_fcm` and `load_webpush` take an app's values as written (text or a path) and the names its
 configuration gives them, so the flat XMTP_PUSH_* settings (the default app) and a file of
 several apps load the same way. Errors name the setting and never include the credential.
 """
@@ -11,15 +11,19 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from py_vapid import Vapid, VapidException
 
 from app.core.config import ENV_PREFIX, Settings, SettingsError
 
 APPLE_HOSTS = {"production": "https://api.push.apple.com", "sandbox": "https://api.sandbox.push.apple.com"}
 FCM_ENDPOINT = "https://fcm.googleapis.com"
+WEBPUSH_DEFAULT_TTL = 15 * 60  # seconds a push service keeps a push for a device that is offline
+WEBPUSH_MAX_TTL = 28 * 24 * 3600  # the longest push services keep one
+WEBPUSH_DEFAULT_MAX_CONNECTIONS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,15 @@ class FcmCredentials:
     service_account: dict[str, Any]
     project_id: str
     endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class WebPushCredentials:
+    vapid: Vapid  # the application server's key (RFC 8292), py_vapid's signer
+    contact: str  # the VAPID `sub` claim: a mailto: or https: URI
+    ttl_seconds: int
+    allowed_endpoints: tuple[str, ...]  # globs over an endpoint's host[:port]; empty: any
+    max_connections: int
 
 
 def _text_or_file(value: str, marker: str) -> str:
@@ -84,6 +97,69 @@ def load_fcm(service_account: str, *, endpoint: str = FCM_ENDPOINT, name: str) -
     if missing:
         raise SettingsError(f"{name}: the service account has no {', '.join(missing)}")
     return FcmCredentials(account, str(account["project_id"]), endpoint.rstrip("/"))
+
+
+def load_webpush(
+    vapid_private_key: str,
+    vapid_contact_email: str,
+    *,
+    ttl: object = WEBPUSH_DEFAULT_TTL,
+    allowed_endpoints: object = (),
+    max_connections: object = WEBPUSH_DEFAULT_MAX_CONNECTIONS,
+    names: Mapping[str, str],
+) -> WebPushCredentials:
+    """A Web Push app; `names` maps each argument's name to how the operator wrote it."""
+    vapid = _load_vapid_key(vapid_private_key, names["vapid_private_key"])
+    contact = _vapid_contact(vapid, vapid_contact_email, names["vapid_contact_email"])
+    if not _is_int(ttl) or not 0 <= ttl <= WEBPUSH_MAX_TTL:
+        raise SettingsError(f"{names['ttl']}: must be a whole number of seconds from 0 to {WEBPUSH_MAX_TTL}")
+    if not _is_int(max_connections) or max_connections < 1:
+        raise SettingsError(f"{names['max_connections']}: must be a whole number of at least 1")
+    if isinstance(allowed_endpoints, str) or not isinstance(allowed_endpoints, list | tuple):
+        raise SettingsError(f"{names['allowed_endpoints']}: must be a list of host globs")
+    if not all(isinstance(glob, str) and glob for glob in allowed_endpoints):
+        raise SettingsError(f"{names['allowed_endpoints']}: every entry must be a non-empty host glob")
+    return WebPushCredentials(vapid, contact, ttl, tuple(allowed_endpoints), max_connections)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _load_vapid_key(value: str, name: str) -> Vapid:
+    """A P-256 key as PEM, or as base64url DER or raw 32 bytes (what `vapid --gen` and web-push
+    tools print); text or a path. py_vapid's own file loader is not used: it makes a new key
+    when the file is missing."""
+    error = SettingsError(f"{name}: not a readable P-256 private key (PEM or base64url; text or path)")
+    text = value if isinstance(value, str) else ""
+    if text and not text.lstrip().startswith("-----BEGIN") and Path(text).is_file():
+        try:
+            text = Path(text).read_text()
+        except (OSError, UnicodeDecodeError):
+            raise error from None
+    try:
+        text = text.strip()
+        vapid = Vapid.from_pem(text.encode()) if text.startswith("-----BEGIN") else Vapid.from_string(text)
+    except (ValueError, TypeError, VapidException):
+        raise error from None
+    key = vapid.private_key
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise error
+    return vapid
+
+
+def _vapid_contact(vapid: Vapid, email: str, name: str) -> str:
+    """The `sub` claim: an address gets mailto: (as operators write it); a mailto: or https: URI is
+    kept. Checked by signing once, so a claim py_vapid refuses stops start-up, not a push."""
+    if not isinstance(email, str) or not email.strip():
+        raise SettingsError(f"{name}: required (the contact address push services see)")
+    email = email.strip()
+    contact = email if email.startswith(("mailto:", "https:")) else f"mailto:{email}"
+    try:
+        vapid.sign({"sub": contact, "aud": "https://push.example.org", "exp": 1})
+    except VapidException:
+        raise SettingsError(f"{name}: not an e-mail address, mailto: or https: URI") from None
+    return contact
 
 
 def apns_credentials(settings: Settings) -> ApnsCredentials | None:

@@ -10,7 +10,7 @@ DEFAULT_APP = "default"  # the app of the flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_
 
 
 class Provider(Protocol):
-    channel: str  # apns | fcm | http
+    channel: str  # apns | fcm | http | webpush
     app: str  # whose credentials it sends with
 
     async def send(self, push: Push) -> Outcome:

@@ -17,6 +17,7 @@ from app.delivery.provider import DEFAULT_APP, Provider
 from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookConfig, WebhookProvider
+from app.delivery.providers.webpush import WebPushProvider
 from app.delivery.types import Outcome, OutcomeKind
 from app.delivery.url_policy import UrlPolicy
 
@@ -28,6 +29,7 @@ CHANNELS: dict[str, ProviderFactory] = {
     "apns": ApnsProvider,
     "fcm": FcmProvider,
     "http": WebhookProvider.from_config,
+    "webpush": WebPushProvider,
 }
 
 # How loudly an attempt's outcome is logged: a gone token is routine, a failure is not.

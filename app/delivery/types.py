@@ -32,12 +32,22 @@ class ApnsExtras:
     apns_topic: str | None = None  # apns-topic; default: the app's bundle id
 
 
+@dataclass(frozen=True, slots=True)
+class WebPushKeys:
+    """A Web Push subscription's keys (RFC 8291), base64url as the browser gave them: the payload is
+    encrypted to them."""
+
+    p256dh: str  # the subscriber's P-256 public key
+    auth: str  # the 16-byte authentication secret
+
+
 class Push(NamedTuple):
     """One push to one address, rendered by its source. (A tuple: one is made per attempt, and a
     tuple costs a fraction of a frozen dataclass to make.)"""
 
-    address: str  # device token, or webhook URL
-    # What is sent as it is: the JSON body (APNs, webhook) or the data map (FCM).
+    address: str  # device token, webhook URL, or Web Push endpoint URL
+    # What is sent as it is: the JSON body (APNs, webhook) or the data map (FCM); for Web Push, the
+    # body before it is encrypted to the subscription's keys.
     payload: bytes | Mapping[str, str]
     kind: PushKind = PushKind.BACKGROUND
     priority: Priority = Priority.NORMAL
@@ -46,7 +56,7 @@ class Push(NamedTuple):
     # The same for every attempt at one push, so a receiver can drop repeats (webhook-id).
     message_id: str | None = None
     signing_key: bytes | None = None  # webhook: the receiver's Standard Webhooks key
-    extras: ApnsExtras | None = None
+    extras: ApnsExtras | WebPushKeys | None = None
 
 
 class OutcomeKind(enum.Enum):

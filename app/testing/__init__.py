@@ -2,7 +2,7 @@
 
 Each one is a real server on a local port speaking the real protocol: APNs over TLS and HTTP/2
 (`fake_apns`), FCM HTTP v1 and Google's OAuth token endpoint (`fake_fcm`), an xmtpd node over gRPC
-(`fake_xmtpd`), and a webhook receiver that verifies Standard Webhooks signatures
-(`webhook_receiver`); `keys` makes the credentials they expect. Nothing in the product imports this
+(`fake_xmtpd`), a Web Push service that verifies VAPID and decrypts (`fake_webpush`), and a webhook
+receiver that verifies Standard Webhooks signatures (`webhook_receiver`); `keys` makes the credentials they expect. Nothing in the product imports this
 package: it ships with it so that tests, benchmarks and other checkouts can drive the same fakes.
 """

@@ -30,6 +30,7 @@ from app.delivery.types import (
     MISMATCH,
     REJECTED,
     TRANSIENT,
+    ApnsExtras,
     Outcome,
     Priority,
     Push,
@@ -136,7 +137,7 @@ def apns_request(push: Push) -> NotificationRequest | None:
         return None
     background = push.kind is PushKind.BACKGROUND
     urgent = push.priority is Priority.HIGH and not background
-    extras = push.extras
+    extras = push.extras if isinstance(push.extras, ApnsExtras) else None
     return NotificationRequest(
         device_token=push.address,
         message=body,  # type: ignore[arg-type]  # sent as it is (see apns_connection)

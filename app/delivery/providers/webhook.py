@@ -1,26 +1,22 @@
 """HTTPS webhook channel: Standard Webhooks signed pushes, posted with aiohttp.
 
 Before every attempt the URL policy is checked again and the connection is
-pinned to the addresses that passed it, so a name cannot be pointed inward
-after registration. Redirects are never followed.
+pinned to the addresses that passed it (app.delivery.pinned_http).
 """
 
 from __future__ import annotations
 
 import base64
-import contextvars
 import hmac
 import logging
-import socket
-import ssl
 import time
 from dataclasses import dataclass
 
 import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from app.delivery.deadlines import Deadlines
 from app.delivery.host_guard import HostGuard
+from app.delivery.pinned_http import TRANSIENT_ERRORS, pin, pinned_session, read_answer
 from app.delivery.provider import DEFAULT_APP
 from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Outcome, OutcomeKind, Push, deferred
 from app.delivery.url_policy import (
@@ -32,24 +28,18 @@ from app.delivery.url_policy import (
 )
 
 GONE = Outcome(OutcomeKind.DEAD, confirm_by_retry=True)
-# A receiver's answer is read up to this much (the status is what counts); a longer one ends
-# the connection rather than being read on, so a huge answer costs nothing.
-MAX_ANSWER_BYTES = 4096
 # Status -> outcome. Ranges are checked after exact codes.
 STATUS_OUTCOMES: dict[int, Outcome] = {404: GONE, 410: GONE}
 RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
     (range(200, 300), DELIVERED),
     (range(500, 600), TRANSIENT),
 )
-TRANSIENT_ERRORS = (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError)
 # A timeout or a failed connection: transient, and counted against the host by its breaker (a
 # host answering within the bound, whatever it answers, is reachable).
 UNREACHABLE = Outcome(OutcomeKind.TRANSIENT)
 MAX_PER_HOST = 16
 
 log = logging.getLogger(__name__)
-
-_pinned: contextvars.ContextVar[tuple[str, tuple[str, ...]]] = contextvars.ContextVar("pinned_addresses")
 
 
 def outcome_for_status(status: int) -> Outcome:
@@ -73,38 +63,6 @@ def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> 
         "webhook-timestamp": stamp,
         "webhook-signature": "v1," + base64.b64encode(mac).decode(),
     }
-
-
-async def _read_answer(response: aiohttp.ClientResponse) -> None:
-    """Read up to MAX_ANSWER_BYTES of the answer; drop the connection if more is coming."""
-    left = MAX_ANSWER_BYTES
-    while left > 0:
-        chunk = await response.content.read(left)
-        if not chunk:
-            return
-        left -= len(chunk)
-    if not response.content.at_eof():
-        response.close()
-
-
-class PinnedResolver(AbstractResolver):
-    """Answers only with the addresses the URL policy checked for this attempt."""
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        pinned_host, addresses = _pinned.get(("", ()))
-        if host.rstrip(".").lower() != pinned_host:
-            raise OSError("host was not checked by the URL policy")
-        return [_resolve_result(host, address, port) for address in addresses]
-
-    async def close(self) -> None:
-        return None
-
-
-def _resolve_result(host: str, address: str, port: int) -> ResolveResult:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    return {"hostname": host, "host": address, "port": port, "family": family, "proto": 0, "flags": 0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,19 +92,7 @@ class WebhookProvider:
         self._lookups = SharedLookups()
         # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
         self._deadlines = Deadlines(timeout_seconds)
-        connector = aiohttp.TCPConnector(
-            resolver=PinnedResolver(),
-            use_dns_cache=False,
-            limit=max_connections,
-            limit_per_host=0,
-            ssl=ssl.create_default_context(),
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(),  # none of aiohttp's own: see `_deadlines`
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
-        )
+        self._session = pinned_session(max_connections)
 
     @classmethod
     def from_config(
@@ -169,7 +115,7 @@ class WebhookProvider:
         if wait is not None:  # a parked host's pushes may be replaced while they wait; a busy one's not
             return deferred(wait, replaceable=self._hosts.is_parked(destination))
         outcome, started = UNREACHABLE, time.monotonic()
-        _pinned.set((checked.target.host, checked.addresses))
+        pin(checked)
         headers = signed_headers(key, message_id, int(time.time()), body)
         # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
         try:
@@ -177,7 +123,7 @@ class WebhookProvider:
                 async with self._session.post(
                     push.address, data=body, headers=headers, allow_redirects=False
                 ) as response:
-                    await _read_answer(response)
+                    await read_answer(response)
                     outcome = outcome_for_status(response.status)
         except TRANSIENT_ERRORS:
             outcome = UNREACHABLE
