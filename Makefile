@@ -5,14 +5,20 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 SOURCES := app workers tests bench alembic
+# The end-to-end Matrix tests run a real Synapse from PyPI in a virtualenv of its own (its pins
+# are not ours); tests/synapse_support.py finds it here.
+SYNAPSE_VENV ?= .synapse-venv
+SYNAPSE_VERSION := 1.163.2
+SYNAPSE_STAMP := $(SYNAPSE_VENV)/.matrix-synapse-$(SYNAPSE_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint format typecheck proto openapi run check bench
+.PHONY: help install synapse test lint format typecheck proto openapi run check bench
 
 help:
 	@echo "make install    create $(VENV) (with $(PYTHON)) if missing and install the package with dev extras"
 	@echo "make run        xmtp-push dev: HTTP :8080 and gRPC :50051 on SQLite, in-process queue"
-	@echo "make test       run the test suite (needs PostgreSQL on 127.0.0.1:5432; .ci/run sets it up)"
+	@echo "make synapse    create $(SYNAPSE_VENV) with matrix-synapse $(SYNAPSE_VERSION) if missing (for the Matrix end-to-end tests)"
+	@echo "make test       run the test suite (needs PostgreSQL on 127.0.0.1:5432; .ci/run sets it up); makes synapse first"
 	@echo "make lint       ruff check, ruff format --check and the package layers (lint-imports)"
 	@echo "make format     apply ruff format and safe ruff fixes"
 	@echo "make typecheck  mypy app workers"
@@ -27,8 +33,15 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev]'
 
-test:
-	$(BIN)/python -m pytest
+$(SYNAPSE_STAMP):
+	$(PYTHON) -m venv $(SYNAPSE_VENV)
+	$(SYNAPSE_VENV)/bin/python -m pip install -q 'matrix-synapse==$(SYNAPSE_VERSION)'
+	touch $@
+
+synapse: $(SYNAPSE_STAMP)
+
+test: synapse
+	XMTP_PUSH_TEST_SYNAPSE_VENV=$(abspath $(SYNAPSE_VENV)) $(BIN)/python -m pytest
 
 lint:
 	$(BIN)/ruff check $(SOURCES)
