@@ -58,7 +58,8 @@ class Runtime:
         return all((a.channel, a.app) in built for a in default_apps(self.settings))
 
     async def sample_gauges(self) -> None:
-        """The gauges read from outside the process: the backlog, from the queue."""
+        """The gauges read just before a scrape: the providers' state, and the backlog from the queue."""
+        self.providers.sample_gauges()
         if self.queue is not None:
             await sample_backlog(self.queue, STREAMS)
 

@@ -17,7 +17,7 @@ from tests.ops_support import ROOT, command
 
 START_SECONDS = 60.0
 STOP_SECONDS = 30.0
-PROBE_PORT = re.compile(r"serving /healthz, /readyz and /metrics on port (\d+)")
+PROBE_PORT = re.compile(r"serving metrics=\S*:(\d+)")
 
 
 @dataclass

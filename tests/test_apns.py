@@ -17,6 +17,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from prometheus_client import REGISTRY
 
 from app.core.config import Settings, SettingsError
 from app.delivery.credentials import apns_credentials
@@ -398,3 +399,33 @@ async def test_key_given_as_a_file_path(fake: FakeApns, tmp_path: Path) -> None:
     finally:
         await apns.close()
     verified_claims(fake.requests[0].jwt)
+
+
+# --------------------------------------------------------------------------- health
+
+
+def sample(name: str, **labels: str) -> float:
+    value = REGISTRY.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_credentials_refused_then_accepted_and_the_connection_gauges(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    labels = {"channel": "apns", "app": "default"}
+    refused = sample("xmtp_push_credentials_refused_total", **labels)
+    connects = sample("xmtp_push_provider_connects_total", **labels)
+    assert sample("xmtp_push_credentials_ok", **labels) == 1  # not judged yet: not known bad
+
+    assert (await provider.send(apns_push(hint(), device("forbidden.h1")))).kind is OutcomeKind.REJECTED
+    assert sample("xmtp_push_credentials_refused_total", **labels) == refused + 1
+    assert sample("xmtp_push_credentials_ok", **labels) == 0
+    # A push Apple judged on its own (a gone token) tells that the credentials were taken.
+    assert (await provider.send(apns_push(hint(), device("gone.h1")))).kind is OutcomeKind.DEAD
+    assert sample("xmtp_push_credentials_ok", **labels) == 1
+    assert sample("xmtp_push_credentials_refused_total", **labels) == refused + 1
+
+    provider.sample_gauges()
+    assert sample("xmtp_push_provider_connects_total", **labels) == connects + 1
+    assert sample("xmtp_push_provider_connections", **labels) == 1
+    assert 0 <= sample("xmtp_push_apns_token_age_seconds", app="default") < 5

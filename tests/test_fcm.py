@@ -17,6 +17,7 @@ from typing import Any
 
 import jwt
 import pytest
+from prometheus_client import REGISTRY
 
 from app.core.config import Settings, SettingsError
 from app.delivery.credentials import fcm_credentials
@@ -334,3 +335,36 @@ async def test_another_project_is_another_app(fake: FakeFcm) -> None:
     finally:
         await other.close()
     assert fake.requests[0].path == "/v1/projects/other-project/messages:send"
+
+
+# --------------------------------------------------------------------------- health
+
+
+def sample(name: str, **labels: str) -> float:
+    value = REGISTRY.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_token_fetches_are_counted_and_a_refused_account_is_told(fake: FakeFcm) -> None:
+    ok, failed = ({"app": "default", "result": r} for r in ("ok", "failed"))
+    labels = {"channel": "fcm", "app": "default"}
+    before = (
+        sample("xmtp_push_fcm_token_refreshes_total", **ok),
+        sample("xmtp_push_fcm_token_refreshes_total", **failed),
+    )
+    refused = sample("xmtp_push_credentials_refused_total", **labels)
+
+    fake.token_status = 400  # invalid_grant: the account is refused
+    fcm = new_provider(fake, timeout=0.5)
+    try:
+        assert (await fcm.send(fcm_push(hint(), device("ok.h1")))).kind is OutcomeKind.TRANSIENT
+        assert sample("xmtp_push_fcm_token_refreshes_total", **failed) == before[1] + 1
+        assert sample("xmtp_push_credentials_refused_total", **labels) == refused + 1
+        assert sample("xmtp_push_credentials_ok", **labels) == 0
+
+        fake.token_status = 200
+        assert (await fcm.send(fcm_push(hint(), device("ok.h2")))).kind is OutcomeKind.DELIVERED
+        assert sample("xmtp_push_fcm_token_refreshes_total", **ok) == before[0] + 1
+        assert sample("xmtp_push_credentials_ok", **labels) == 1
+    finally:
+        await fcm.close()

@@ -97,6 +97,8 @@ class DeliveryWorker:
         self._outcomes = {
             kind: metrics.deliveries_total.labels(self.channel, kind.value) for kind in OutcomeKind
         }
+        self._retries = metrics.retries_total.labels(self.channel)
+        self._deferred = metrics.deferred_total.labels(self.channel)
 
     async def run(self, stop: asyncio.Event) -> None:
         drained = asyncio.Event()
@@ -209,6 +211,7 @@ class DeliveryWorker:
             # without spending an attempt.
             self._finished.delay.append(self._delayed(work.job, self._paused_until))
             self._finished.ack.append(work.entry.id)
+            self._deferred.inc()
             return
         target = work.target
         started = time.perf_counter()
@@ -230,6 +233,7 @@ class DeliveryWorker:
         age = now - job.ingested_ns / 1e9
         step = next_step(job, outcome, self.max_attempts, self.retry_base, self.retry_window, age)
         if isinstance(step, Retry):
+            (self._deferred if outcome.kind is OutcomeKind.DEFERRED else self._retries).inc()
             due = now + step.delay_seconds
             self._finished.delay.append(self._delayed(step.job, due, replaceable=outcome.replaceable))
             return False

@@ -27,7 +27,7 @@ from app.network.decoding import MalformedEnvelope, decode
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as envelopes
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
-from app.queue.activity import ListenerState
+from app.queue.activity import LISTENER_STATES, ListenerState
 from app.queue.base import WorkQueue
 from app.runtime import Runtime
 
@@ -37,6 +37,8 @@ PAGE_LIMIT = 1000
 QUERY_TIMEOUT_SECONDS = 30.0
 SEEN_CAPACITY = 200_000
 MARKS_SAVE_SECONDS = 1.0
+# The listener's state and lag reach /status at least this often while the stream is open.
+REPORT_SECONDS = 10.0
 BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS = 0.5, 30.0
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -67,11 +69,17 @@ class Listener:
         self._dirty: dict[int, int] = {}
         self._last_save = 0.0
         self._lag_seconds = 0.0
+        self._state = "connecting"
+        self._last_report = 0.0
+        # The highest sequence the node has shown per originator, and the highest stored (the cursor).
+        self._shown: dict[int, int] = {}
+        self._stored: dict[int, int] = {}
         self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()
 
     async def run(self, stop: asyncio.Event) -> None:
         async with self.runtime.sessions() as session:
             self.marks = await repository.load_marks(session)
+        self._stored = dict(self.marks)
         failures = 0
         while not stop.is_set():
             healthy = await self._connect_once(stop)
@@ -85,6 +93,7 @@ class Listener:
     async def _connect_once(self, stop: asyncio.Event) -> bool:
         """One connection's life; True when the stream was established before it ended."""
         established = False
+        await self._enter("connecting")
         try:
             async with self._channel() as channel:
                 stream = api_grpc.NotificationApiStub(channel).SubscribeAllEnvelopes(  # type: ignore[no-untyped-call]
@@ -93,7 +102,9 @@ class Listener:
                 try:
                     await self._ingest((await self._next(stream, stop)).envelopes, catch_up=False)
                     established = True
+                    await self._enter("catching_up")
                     await self._catch_up(api_grpc.QueryApiStub(channel))  # type: ignore[no-untyped-call]
+                    await self._enter("live")
                     while not stop.is_set():
                         await self._ingest((await self._next(stream, stop)).envelopes, catch_up=False)
                 finally:
@@ -187,6 +198,8 @@ class Listener:
                 highest = newest.get(node)
                 if highest is None or sequence > highest:
                     newest[node] = sequence
+                    if sequence > self._shown.get(node, -1):
+                        self._shown[node] = sequence
                 if key in seen or key in fresh:
                     reason = "duplicate"
                 else:
@@ -208,7 +221,10 @@ class Listener:
         # Only once queued: what failed to queue is read again by the next catch-up, not a duplicate.
         self._remember(fresh)
         self._raise_marks(newest)
+        metrics.listener_lag_envelopes.set(self._lag_envelopes())
         await self._save_marks()
+        if time.monotonic() - self._last_report >= REPORT_SECONDS:  # a quiet network: keep-alives
+            await self._report_lag()
         return newest
 
     def _count(
@@ -246,13 +262,27 @@ class Listener:
             log.exception("could not store listener marks; will retry")
             return
         self._last_save = time.monotonic()
+        self._stored.update(dirty)
         await self._report_lag()
 
+    async def _enter(self, state: str) -> None:
+        self._state = state
+        metrics.listener_state.set(LISTENER_STATES.index(state))
+        await self._report_lag()
+
+    def _lag_envelopes(self) -> int:
+        """Envelopes the node has shown past the stored cursor (what a restart would read again)."""
+        return sum(max(0, shown - self._stored.get(node, 0)) for node, shown in self._shown.items())
+
     async def _report_lag(self) -> None:
+        self._last_report = time.monotonic()
+        lag_envelopes = self._lag_envelopes()
+        metrics.listener_lag_envelopes.set(lag_envelopes)
         activity = self.runtime.activity
         if activity is not None:
+            state = ListenerState(self._lag_seconds, time.time(), self._state, lag_envelopes)
             with contextlib.suppress(Exception):  # telemetry only
-                await activity.set_listener(ListenerState(self._lag_seconds, time.time()))
+                await activity.set_listener(state)
 
 
 def backoff(failures: int) -> float:

@@ -115,7 +115,10 @@ async def serving_probes(runtime: Runtime, *checks: str) -> AsyncIterator[int]:
     """/healthz, /readyz (by `checks`) and /metrics on the metrics port; yields the bound port."""
     app = create_probe_app(runtime.probes(*checks))
     async with running_http(app, runtime.settings, runtime.settings.metrics_port, "metrics") as http:
-        log.info("serving /healthz, /readyz and /metrics on port %d", http.port)
+        log.info(
+            "serving metrics=%s (/healthz, /readyz, /metrics)",
+            host_port(runtime.settings.http_host, http.port),
+        )
         yield http.port
 
 

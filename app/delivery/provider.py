@@ -16,4 +16,7 @@ class Provider(Protocol):
     async def send(self, push: Push) -> Outcome:
         """One attempt, bounded in time; never raises for a delivery failure."""
 
+    def sample_gauges(self) -> None:
+        """Set this provider's gauges from its state (connections open, token age); before a scrape."""
+
     async def close(self) -> None: ...

@@ -70,6 +70,10 @@ class ProviderRegistry:
     def __len__(self) -> int:
         return len(self._providers)
 
+    def sample_gauges(self) -> None:
+        for provider in self._providers.values():
+            provider.sample_gauges()
+
     async def close(self) -> None:
         for provider in self._providers.values():
             await provider.close()

@@ -30,10 +30,15 @@ class MinuteCount:
     count: int
 
 
+LISTENER_STATES = ("connecting", "catching_up", "live")
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerState:
     lag_seconds: float
     updated: float  # Unix seconds
+    state: str = "live"  # one of LISTENER_STATES
+    lag_envelopes: int = 0
 
 
 class ActivityLog(Protocol):
@@ -106,14 +111,23 @@ class RedisActivityLog:
         return counts
 
     async def set_listener(self, state: ListenerState) -> None:
-        await self._redis.hset(LISTENER_KEY, mapping={"lag": state.lag_seconds, "updated": state.updated})
+        await self._redis.hset(
+            LISTENER_KEY,
+            mapping={
+                "lag": state.lag_seconds,
+                "updated": state.updated,
+                "state": LISTENER_STATES.index(state.state),
+                "lag_envelopes": state.lag_envelopes,
+            },
+        )
 
     async def listener(self) -> ListenerState | None:
         raw = await self._redis.hgetall(LISTENER_KEY)
         if not raw:
             return None
         values = {_text(k): float(v) for k, v in raw.items()}
-        return ListenerState(values["lag"], values["updated"])
+        state = LISTENER_STATES[int(values.get("state", len(LISTENER_STATES) - 1))]
+        return ListenerState(values["lag"], values["updated"], state, int(values.get("lag_envelopes", 0)))
 
 
 def _text(value: bytes | str) -> str:

@@ -21,7 +21,9 @@ from aioapns.common import NotificationRequest, PushType
 from aioapns.connection import AuthorizationHeaderProvider
 from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExceeded
 
+from app.core import metrics
 from app.delivery.credentials import ApnsCredentials
+from app.delivery.health import ProviderHealth
 from app.delivery.provider import DEFAULT_APP
 from app.delivery.providers.apns_connection import EndpointPool
 from app.delivery.types import (
@@ -44,6 +46,9 @@ TOKEN_REFRESH_SECONDS = 50 * 60  # Apple accepts a token for 60 minutes
 NORMAL_PRIORITY, HIGH_PRIORITY = 5, 10
 PUSH_TYPES = {kind: PushType(kind.value) for kind in PushKind}
 EXPIRED_PROVIDER_TOKEN = "ExpiredProviderToken"
+# Every 403 is about the provider token or its key (InvalidProviderToken, ExpiredProviderToken once
+# renewed, MissingProviderToken, Forbidden...): the credentials, not the push.
+CREDENTIALS_REFUSED = "403"
 # (status, reason) -> outcome; (status, None) matches any reason for that status.
 OUTCOMES: dict[tuple[str, str | None], Outcome] = {
     ("200", None): DELIVERED,
@@ -81,6 +86,10 @@ class SharedToken(AuthorizationHeaderProvider):
             self._header = f"bearer {token}"
         return self._header
 
+    def age(self) -> float:
+        """Seconds since the token in use was signed; 0 before the first."""
+        return 0.0 if self._header is None else max(0.0, self._clock() - self._issued_at)
+
     def renew(self, rejected: str) -> None:
         """Apple refused `rejected` as expired (clock skew, long idle): sign a new one next time,
         unless another request already did, so a burst of such answers renews it once."""
@@ -100,8 +109,10 @@ class ApnsProvider:
         app: str = DEFAULT_APP,
     ) -> None:
         self.app = app
+        self._health = ProviderHealth(self.channel, app)
+        self._token_age = metrics.apns_token_age_seconds.labels(app)
         self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
-        self._pool = EndpointPool(credentials, self._token, max_connections)
+        self._pool = EndpointPool(credentials, self._token, max_connections, self._health.connected)
         self._timeout = timeout_seconds
 
     async def send(self, push: Push) -> Outcome:
@@ -113,7 +124,17 @@ class ApnsProvider:
         if status == "403" and reason == EXPIRED_PROVIDER_TOKEN:
             self._token.renew(presented)
             status, reason = await self._attempt(apns_request(push))  # type: ignore[arg-type]
-        return TRANSIENT if status is None else outcome_for(status, reason)
+        if status is None:
+            return TRANSIENT
+        if status == CREDENTIALS_REFUSED:
+            self._health.refused()
+        else:
+            self._health.accepted()
+        return outcome_for(status, reason)
+
+    def sample_gauges(self) -> None:
+        self._health.connections(len(self._pool.connections))
+        self._token_age.set(self._token.age())
 
     async def _attempt(self, request: NotificationRequest) -> tuple[str | None, str | None]:
         try:

@@ -26,7 +26,7 @@ import asyncio
 import json
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -189,7 +189,11 @@ class EndpointPool(APNsKeyConnectionPool):
     """aioapns's pool of connections to the configured endpoint, sharing one token provider."""
 
     def __init__(
-        self, credentials: ApnsCredentials, token: AuthorizationHeaderProvider, max_connections: int
+        self,
+        credentials: ApnsCredentials,
+        token: AuthorizationHeaderProvider,
+        max_connections: int,
+        on_connect: Callable[[], None] = lambda: None,
     ) -> None:
         parts = urlsplit(credentials.endpoint)
         context = ssl.create_default_context(cafile=credentials.ca_file) if credentials.ca_file else None
@@ -208,9 +212,11 @@ class EndpointPool(APNsKeyConnectionPool):
             {"APNS_SERVER": parts.hostname, "APNS_PORT": parts.port or 443},
         )
         self._token = token
+        self._on_connect = on_connect
 
     async def create_connection(self) -> APNsBaseClientProtocol:
         protocol: Any = self.protocol_class
         factory = partial(protocol, self.apns_topic, self.loop, self.discard_connection, self._token)
         connection: APNsBaseClientProtocol = await self._create_connection(factory)
+        self._on_connect()
         return connection

@@ -28,9 +28,12 @@ from firebase_admin import credentials as firebase_credentials
 from firebase_admin import exceptions, messaging
 from firebase_admin._http_client import HttpxAsyncClient
 from firebase_admin._retry import HttpxRetry
+from google.auth import exceptions as google_auth_exceptions
 from google.auth.transport import requests as google_auth_requests
 
+from app.core import metrics
 from app.delivery.credentials import FcmCredentials
+from app.delivery.health import ProviderHealth
 from app.delivery.provider import DEFAULT_APP
 from app.delivery.types import (
     DELIVERED,
@@ -58,6 +61,13 @@ CODE_OUTCOMES: dict[str, Outcome] = {
     exceptions.UNKNOWN: TRANSIENT,  # transport errors with no response
 }
 TRANSIENT_STATUSES = {500, 503}
+# Answers that refuse the project's credentials rather than the message: the access token or the
+# service account (401, 403), or the APNs credentials the project holds for iOS devices.
+CREDENTIAL_ERRORS: tuple[type[Exception], ...] = (
+    exceptions.UnauthenticatedError,
+    exceptions.PermissionDeniedError,
+    messaging.ThirdPartyAuthError,
+)
 
 
 ANDROID_PRIORITIES = {Priority.NORMAL: "normal", Priority.HIGH: "high"}
@@ -158,6 +168,10 @@ class FcmProvider:
         # google-auth's HTTP transport, with our timeout in place of its 120 s default.
         self._auth_request = functools.partial(google_auth_requests.Request(), timeout=timeout_seconds)
         self._refreshing = asyncio.Lock()
+        self._health = ProviderHealth(self.channel, app)
+        self._refreshes = {
+            result: metrics.fcm_token_refreshes_total.labels(app, result) for result in ("ok", "failed")
+        }
 
     async def _ensure_access_token(self) -> None:
         """Fetch the OAuth token off the event loop, once for all sends waiting on it."""
@@ -167,7 +181,16 @@ class FcmProvider:
         async with self._refreshing:
             if not credential.valid:
                 refresh = asyncio.to_thread(credential.refresh, self._auth_request)
-                await asyncio.wait_for(refresh, self._timeout)
+                try:
+                    await asyncio.wait_for(refresh, self._timeout)
+                except google_auth_exceptions.RefreshError:  # the token endpoint refused the account
+                    self._refreshes["failed"].inc()
+                    self._health.refused()
+                    raise
+                except Exception:  # unreachable, slow: no verdict on the credentials
+                    self._refreshes["failed"].inc()
+                    raise
+                self._refreshes["ok"].inc()
 
     async def send(self, push: Push) -> Outcome:
         message = fcm_message(push)
@@ -180,11 +203,22 @@ class FcmProvider:
         try:
             batch = await self._service.send_each_async([message], dry_run=False)
         except exceptions.FirebaseError as error:
-            return outcome_for_error(error)
+            return self._judged(error)
         except Exception:  # OAuth token endpoint or transport trouble: try again later
             return TRANSIENT
         response = batch.responses[0]
-        return DELIVERED if response.success else outcome_for_error(response.exception)
+        return self._judged(None if response.success else response.exception)
+
+    def _judged(self, error: BaseException | None) -> Outcome:
+        """The outcome of an answer, noting whether it took the credentials."""
+        if isinstance(error, CREDENTIAL_ERRORS):
+            self._health.refused()
+        elif error is None or _status(error) is not None:
+            self._health.accepted()
+        return DELIVERED if error is None else outcome_for_error(error)
+
+    def sample_gauges(self) -> None:
+        return None  # connections are httpx's, not counted; credentials are judged as answers come
 
     async def close(self) -> None:
         await self._service._async_client.aclose()

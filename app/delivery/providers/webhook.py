@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from app.core import metrics
 from app.delivery.deadlines import Deadlines
 from app.delivery.host_guard import HostGuard
 from app.delivery.pinned_http import TRANSIENT_ERRORS, pin, pinned_session, read_answer
@@ -134,6 +135,9 @@ class WebhookProvider:
             if self._hosts.release(destination, unreachable=outcome is UNREACHABLE, seconds=took):
                 log.warning("a webhook host is parked after repeated timeouts or refused connections")
         return outcome
+
+    def sample_gauges(self) -> None:
+        metrics.webhook_parked_hosts.set(self._hosts.parked())
 
     async def close(self) -> None:
         await self._session.close()

@@ -231,6 +231,9 @@ class WebPushProvider:
             headers[COLLAPSE_HEADER] = collapse_header(push.collapse_id)
         return headers
 
+    def sample_gauges(self) -> None:
+        return None  # no connection pool or token of its own to tell (VAPID tokens are signed per origin)
+
     async def close(self) -> None:
         await self._session.close()
         await self._deadlines.close()

@@ -1,0 +1,188 @@
+"""Every process of the production layout scraped: `api`, two `worker`s and `listen` run as real child
+processes of the console script on PostgreSQL and Redis, against the local APNs, a webhook receiver
+and a local xmtpd node. Envelopes come from the node through the listener; deliveries succeed, fail
+for good, fail until the retries run out, find their target gone, and have their credentials
+refused; a stream nobody reads holds a backlog. Each process's /metrics must tell what it caused."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import grpc
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from app import __version__
+from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from app.testing import fake_xmtpd
+from app.testing.fake_apns import FakeApns, TlsFiles
+from app.testing.fake_xmtpd import FakeXmtpd
+from app.testing.webhook_receiver import Receiver
+from tests import ops_support, pipeline_support
+from tests.ops_support import channel_env, register
+from tests.pipeline_support import metric, parse_metrics
+from tests.process_support import Child, child, wait_answering
+
+receiver = pipeline_support.receiver
+redis_url = pipeline_support.redis_url
+tls = ops_support.tls
+apns = ops_support.apns
+
+SERVING = re.compile(r"serving http=\S*:(\d+) grpc=\S*:(\d+)")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+LAG_SECONDS = 120  # how old the node's envelopes are when the listener reads them
+BACKLOG = 3  # entries on a stream no worker reads (FCM is not configured)
+SETTLE_SECONDS = 40.0
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[FakeXmtpd]:
+    async with FakeXmtpd(keepalive_seconds=1.0) as started:
+        yield started
+
+
+async def scrape(client: httpx.AsyncClient, port: int) -> tuple[Samples, str]:
+    response = await client.get(f"http://127.0.0.1:{port}/metrics")
+    assert response.status_code == 200
+    return parse_metrics(response.text), response.text
+
+
+def total(scrapes: list[Samples], name: str, **labels: str) -> float:
+    return sum(metric(samples, name, **labels) for samples in scrapes)
+
+
+async def test_every_process_tells_what_it_caused(
+    postgresql_url: str, redis_url: str, receiver: Receiver, apns: FakeApns, tls: TlsFiles, node: FakeXmtpd
+) -> None:
+    apns.reset()
+    env = channel_env(
+        postgresql_url,
+        apns_endpoint=apns.endpoint,
+        apns_ca_file=tls.ca_file,
+        redis_url=redis_url,
+        http_port="0",
+        grpc_port="0",
+        metrics_port="0",
+        max_attempts="3",
+        retry_base_seconds="0.05",
+        xmtpd_address=node.address,
+        xmtpd_tls="false",
+    )
+    redis = Redis.from_url(redis_url)
+    async with AsyncExitStack() as stack, httpx.AsyncClient(timeout=10) as client:
+        stack.push_async_callback(redis.aclose)
+        await redis.xadd("xmtp-push:deliveries.fcm", {"p": b"nobody reads this"})
+        api = await stack.enter_async_context(child("api", ["api"], env))
+        workers = [await stack.enter_async_context(child(f"worker-{n}", ["worker"], env)) for n in (1, 2)]
+        listener = await stack.enter_async_context(child("listen", ["listen"], env))
+        http_port, grpc_port = (int(p) for p in (await api.line(SERVING)).groups())
+        ports = {"api": http_port} | {c.name: await c.probe_port() for c in (*workers, listener)}
+        for name, port in ports.items():
+            ready = await wait_answering(f"http://127.0.0.1:{port}/readyz")
+            assert ready.status_code == 200, (name, ready.text)
+
+        # Recipients of one group topic on two channels, each answering its own way.
+        topic = fake_xmtpd.group_topic()
+        hooks = {
+            "ok": receiver.endpoint([200]),
+            "gone": receiver.endpoint([410]),
+            "failing": receiver.endpoint([500]),
+            "refused": receiver.endpoint([400]),
+        }
+        tokens = {"ok": f"ok.{secrets.token_hex(8)}", "forbidden": f"forbidden.{secrets.token_hex(8)}"}
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            stub = notification_pb2_grpc.NotificationServiceStub(channel)
+            registered = [await register(stub, "http", h.url, h.key, [topic]) for h in hooks.values()]
+            registered += [await register(stub, "apns", t, topics=[topic]) for t in tokens.values()]
+
+        # Old envelopes from the node, through the listener; two more on the backlog stream.
+        sent_ns = time.time_ns() - LAG_SECONDS * 1_000_000_000
+        await node.wait_for(lambda: node.open_streams >= 1, 20, "the listener's firehose stream")
+        node.publish([fake_xmtpd.group_message(100, 1, topic, originator_ns=sent_ns)])
+        for _ in range(BACKLOG - 1):
+            await redis.xadd("xmtp-push:deliveries.fcm", {"p": b"nor this"})
+
+        expected = {
+            ("http", "delivered"): 1,
+            ("http", "dead"): 1,
+            ("http", "failed"): 1,
+            ("http", "rejected"): 1,
+            ("apns", "delivered"): 1,
+            ("apns", "rejected"): 1,
+        }
+        scrapes = await settled(client, workers, expected)
+        api_samples, api_text = await scrape(client, ports["api"])
+        listener_samples, listener_text = await scrape(client, ports["listen"])
+        worker_texts = [(await scrape(client, ports[w.name]))[1] for w in workers]
+
+        # Deliveries: each worker counts its own; together, exactly what happened.
+        for (channel_name, outcome), count in expected.items():
+            assert (
+                total(scrapes, "xmtp_push_deliveries_total", channel=channel_name, outcome=outcome) == count
+            )
+        # Attempts: one each, but three at the gone webhook and three at the failing one.
+        assert total(scrapes, "xmtp_push_delivery_seconds_count", channel="http") == 8
+        assert total(scrapes, "xmtp_push_delivery_seconds_count", channel="apns") == 2
+        assert total(scrapes, "xmtp_push_retries_total", channel="http") == 4
+        assert total(scrapes, "xmtp_push_retries_total", channel="apns") == 0
+        # APNs refused the credentials once (403 InvalidProviderToken): counted by the worker that saw
+        # it, which holds connections and a token signed moments ago.
+        assert total(scrapes, "xmtp_push_credentials_refused_total", channel="apns", app="default") == 1
+        refused_by = [
+            s
+            for s in scrapes
+            if metric(s, "xmtp_push_credentials_refused_total", channel="apns", app="default")
+        ]
+        assert total(scrapes, "xmtp_push_provider_connects_total", channel="apns", app="default") >= 1
+        assert 0 < metric(refused_by[0], "xmtp_push_apns_token_age_seconds", app="default") < 600
+        assert metric(refused_by[0], "xmtp_push_provider_connections", channel="apns", app="default") >= 1
+
+        # The listener: the envelope seen and queued, its age as lag, the stream live.
+        assert metric(listener_samples, "xmtp_push_listener_envelopes_total", kind="group_message") == 1
+        assert metric(listener_samples, "xmtp_push_envelopes_total", result="ingested") == 1
+        assert LAG_SECONDS <= metric(listener_samples, "xmtp_push_listener_lag_seconds") < LAG_SECONDS + 30
+        assert metric(listener_samples, "xmtp_push_listener_state") == 2
+        assert metric(listener_samples, "xmtp_push_listener_lag_envelopes") == 0  # its cursor is stored
+        assert total(scrapes, "xmtp_push_envelopes_total", result="fanned_out") == 1
+
+        # The backlog, from every process alike: any one target tells it.
+        for samples in (api_samples, listener_samples, *scrapes):
+            assert metric(samples, "xmtp_push_queue_depth", queue="deliveries.fcm") == BACKLOG
+            assert metric(samples, "xmtp_push_queue_depth", queue="deliveries.http") == 0
+            assert metric(samples, "xmtp_push_queue_oldest_seconds", queue="deliveries.fcm") > 0
+            assert metric(samples, "xmtp_push_retries_waiting") == 0
+            assert metric(samples, "xmtp_push_build_info", version=__version__) == 1
+
+        # Nothing anybody registered is in any label.
+        for text in (api_text, listener_text, *worker_texts):
+            for value in [r.target for r in registered] + [r.rid.hex() for r in registered]:
+                assert value not in text
+            assert topic.hex() not in text and str(receiver.port) not in text
+
+        for process in (listener, *workers, api):
+            assert await process.stop() == 0, process.output()
+
+
+async def settled(
+    client: httpx.AsyncClient, workers: list[Child], expected: dict[tuple[str, str], int]
+) -> list[Samples]:
+    """The workers' scrapes once their final outcomes add up to `expected`."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        scrapes = [(await scrape(client, await w.probe_port()))[0] for w in workers]
+        found = {
+            key: total(scrapes, "xmtp_push_deliveries_total", channel=key[0], outcome=key[1])
+            for key in expected
+        }
+        if found == expected:
+            return scrapes
+        if time.monotonic() > deadline:
+            outputs = "\n".join(w.output() for w in workers)
+            raise AssertionError(f"outcomes {found}, want {expected}\n{outputs}")
+        await asyncio.sleep(0.2)
