@@ -28,7 +28,8 @@ ENV XMTP_PUSH_HTTP_HOST=0.0.0.0 \
     XMTP_PUSH_GRPC_HOST=0.0.0.0 \
     XMTP_PUSH_GRPC_PORT=50051
 
-EXPOSE 8080 50051
+# 9464: `worker` and `listen` serve /healthz, /readyz and /metrics there (XMTP_PUSH_METRICS_PORT).
+EXPOSE 8080 50051 9464
 
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('XMTP_PUSH_HTTP_PORT', '8080'), timeout=2)"

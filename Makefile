@@ -12,7 +12,7 @@ SYNAPSE_VERSION := 1.163.2
 SYNAPSE_STAMP := $(SYNAPSE_VENV)/.matrix-synapse-$(SYNAPSE_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help install synapse test lint format typecheck proto openapi run check bench
+.PHONY: help install synapse test lint format typecheck rules proto openapi run check bench
 
 help:
 	@echo "make install    create $(VENV) (with $(PYTHON)) if missing and install the package with dev extras"
@@ -22,9 +22,10 @@ help:
 	@echo "make lint       ruff check, ruff format --check and the package layers (lint-imports)"
 	@echo "make format     apply ruff format and safe ruff fixes"
 	@echo "make typecheck  mypy app workers"
+	@echo "make rules      promtool check rules and test rules on deploy/prometheus (Debian: apt-get install prometheus)"
 	@echo "make proto      regenerate app/proto modules from the .proto files"
 	@echo "make openapi    rewrite openapi/openapi.json from the HTTP app"
-	@echo "make check      lint, typecheck and test"
+	@echo "make check      lint, typecheck, rules and test"
 	@echo "make bench      install the bench extra, run every benchmark (python -m bench), write bench/report/"
 
 $(BIN)/python:
@@ -55,6 +56,11 @@ format:
 typecheck:
 	$(BIN)/mypy app workers
 
+# The alert rules and their tests (deploy/prometheus/alerts_test.yml).
+rules:
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+
 proto:
 	$(BIN)/python -m app.proto.generate
 
@@ -64,7 +70,7 @@ openapi:
 run:
 	$(BIN)/xmtp-push dev
 
-check: lint typecheck test
+check: lint typecheck rules test
 
 # Long (tens of minutes) and heavy: run it on a quiet machine. BENCH_ARGS=--quick for a smoke run.
 bench: $(BIN)/python

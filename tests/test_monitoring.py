@@ -1,0 +1,176 @@
+"""deploy/: the alert rules pass promtool (their syntax, and rule tests that fire each alert on
+synthetic series and keep it quiet on healthy ones), Prometheus's configuration scrapes every
+xmtp-push process of the compose file, the dashboard's and the rules' queries name only metrics we
+export, and the compose file's `monitoring` profile mounts these files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client import REGISTRY
+
+import app.core.metrics  # noqa: F401  (registers every metric we export)
+from tests.ops_support import ROOT, child_env, required_tool, run_child
+
+DEPLOY = ROOT / "deploy"
+RULES = DEPLOY / "prometheus" / "alerts.yml"
+DASHBOARD = DEPLOY / "grafana" / "xmtp-push.json"
+# Series Prometheus makes itself, beside what our processes export.
+PROMETHEUS_OWN = {"up"}
+# PromQL words that are not series names: aggregations, functions (followed by "(") and operators.
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+}
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+
+
+def exported() -> set[str]:
+    """Every series name this codebase's processes can export (prometheus_client's own included)."""
+    names = set()
+    for family in REGISTRY.collect():
+        names.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
+    return names
+
+
+def series_names(expr: str) -> set[str]:
+    """The series a PromQL expression selects (strings, matchers, ranges and groupings left out)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for found in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        if text[found.end() :].lstrip().startswith("(") or found.group() in KEYWORDS:
+            continue  # a function or an aggregation
+        names.add(found.group())
+    return names
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    document = json.loads(DASHBOARD.read_text())
+    return [p for p in document["panels"] if p["type"] != "row"]
+
+
+def rule_exprs() -> dict[str, str]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {rule["alert"]: rule["expr"] for group in groups for rule in group["rules"]}
+
+
+def test_series_names_are_read_out_of_promql() -> None:
+    expr = (
+        'histogram_quantile(0.95, sum by (le, channel) (rate(xmtp_push_delivery_seconds_bucket{channel=~"a|b"}'
+        '[$__rate_interval]))) / ignoring(x) up{job="xmtp-push"} and time() - process_start_time_seconds'
+    )
+    assert series_names(expr) == {"xmtp_push_delivery_seconds_bucket", "up", "process_start_time_seconds"}
+
+
+def test_promtool_checks_and_tests_the_alert_rules() -> None:
+    promtool = required_tool("promtool", "prometheus")
+    folder = RULES.parent
+    checked = asyncio.run(run_child([promtool, "check", "rules", str(RULES)], child_env()))
+    assert checked.returncode == 0 and "SUCCESS: 8 rules found" in checked.stdout, checked
+    tested = asyncio.run(run_child([promtool, "test", "rules", str(folder / "alerts_test.yml")], child_env()))
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested
+    # Every alert has a rule test that expects it to fire.
+    tests = yaml.safe_load((folder / "alerts_test.yml").read_text())["tests"]
+    fired = {
+        case["alertname"] for test in tests for case in test["alert_rule_test"] if case.get("exp_alerts")
+    }
+    assert fired == set(rule_exprs())
+
+
+def test_prometheus_scrapes_every_process_of_the_compose_file(tmp_path: Path) -> None:
+    promtool = required_tool("promtool", "prometheus")
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]  # where the compose file mounts it
+    # As the compose file mounts it, but here: promtool checks the rules it names exist and parse.
+    config["rule_files"] = [str(shutil.copy(RULES, tmp_path / "alerts.yml"))]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    checked = asyncio.run(
+        run_child([promtool, "check", "config", str(tmp_path / "prometheus.yml")], child_env())
+    )
+    assert checked.returncode == 0, checked
+
+    [job] = config["scrape_configs"]
+    assert job["job_name"] == "xmtp-push"
+    targets = {t for group in job["static_configs"] for t in group["targets"]}
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    serving = {
+        name: s["command"][0] for name, s in compose.items() if "build" in s and s["command"] != ["migrate"]
+    }
+    ports = {"api": 8080, "worker": 9464, "listen": 9464}
+    assert targets == {f"{name}:{ports[command]}" for name, command in serving.items()}
+
+
+def test_the_dashboard_and_the_rules_name_only_metrics_we_export() -> None:
+    known = exported() | PROMETHEUS_OWN
+    used: set[str] = set()
+    for panel in dashboard_panels():
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            names = series_names(target["expr"])
+            assert names, (panel["title"], target["expr"])
+            assert names <= known, (panel["title"], names - known)
+            used |= names
+    for alert, expr in rule_exprs().items():
+        names = series_names(expr)
+        assert names and names <= known, (alert, names - known)
+    # What the dashboard is for: throughput by outcome, latency, backlog, the listener, each channel.
+    assert {
+        "xmtp_push_deliveries_total",
+        "xmtp_push_delivery_seconds_bucket",
+        "xmtp_push_queue_depth",
+        "xmtp_push_queue_oldest_seconds",
+        "xmtp_push_listener_lag_seconds",
+        "xmtp_push_credentials_ok",
+        "xmtp_push_provider_connections",
+        "xmtp_push_build_info",
+        "up",
+    } <= used
+
+
+def test_the_dashboard_shows_failures_apart_and_in_red() -> None:
+    panels = {p["title"]: p for p in dashboard_panels()}
+    delivered = panels["Delivered per second, by channel"]["targets"][0]["expr"]
+    failures = panels["Failures per second, by outcome"]
+    assert 'outcome="delivered"' in delivered
+    assert 'outcome=~"failed|rejected|mismatch|dead"' in failures["targets"][0]["expr"]
+    colors = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
+        for o in failures["fieldConfig"]["overrides"]
+    }
+    assert colors["failed"] == "red"
+
+
+def test_the_monitoring_profile_mounts_the_deploy_files() -> None:
+    compose = required_tool("docker-compose", "docker-compose")
+    args = [compose, "-f", str(ROOT / "docker-compose.yml"), "--profile", "monitoring", "config"]
+    result = asyncio.run(run_child(args, child_env()))
+    assert result.returncode == 0, result
+    services = yaml.safe_load(result.stdout)["services"]
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+        for volume in services[name]["volumes"]:
+            source = volume["source"] if isinstance(volume, dict) else volume.split(":")[0]
+            if source.startswith("/"):
+                assert Path(source).exists(), (name, source)
+    mounted = {
+        v.split(":")[1] if isinstance(v, str) else v["target"] for v in services["prometheus"]["volumes"]
+    }
+    assert {"/etc/prometheus/prometheus.yml", "/etc/prometheus/alerts.yml"} <= mounted
