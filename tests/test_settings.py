@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.config import ENV_PREFIX, Settings, SettingsError, load_settings
+from app.core.config import ENV_PREFIX, Settings, SettingsError, load_settings, unknown_setting_warnings
 
 SECRET = "sk_live_Zq9xVERYSECRET0000"
 
@@ -326,8 +326,70 @@ def test_bad_value_in_the_config_file_names_the_setting(
     with pytest.raises(SettingsError) as raised:
         load_settings()
     message = str(raised.value)
-    assert "XMTP_PUSH_MAX_ATTEMPTS" in message and "XMTP_PUSH_HTTP_PORT" in message
+    # Named as the file spells them: the environment variables were not set.
+    assert "max_attempts (in the XMTP_PUSH_CONFIG file):" in message
+    assert "http_port (in the XMTP_PUSH_CONFIG file):" in message
+    assert "XMTP_PUSH_MAX_ATTEMPTS" not in message and "XMTP_PUSH_HTTP_PORT" not in message
     assert SECRET not in message
+
+
+def test_a_bad_variable_that_wins_over_the_file_is_named_as_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(tmp_path, "max_attempts = 3\n", monkeypatch)
+    message = error_for(monkeypatch, XMTP_PUSH_MAX_ATTEMPTS="0")
+    assert "XMTP_PUSH_MAX_ATTEMPTS:" in message and "(in the XMTP_PUSH_CONFIG file)" not in message
+
+
+def test_messages_lose_pydantics_value_error_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    message = error_for(monkeypatch, XMTP_PUSH_DATABASE_URL="mysql://db/x")
+    assert message == (
+        "invalid configuration: XMTP_PUSH_DATABASE_URL: "
+        "must be a sqlite+aiosqlite:// or postgresql+asyncpg:// URL"
+    )
+    assert "Value error" not in error_for(monkeypatch, XMTP_PUSH_REDIS_URL="http://x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql+asyncpg://u:p4ss@db:port/x", "postgresql+asyncpg://u:p4ss@[::1/x", "redis://u:p4ss@r:x/0"],
+)
+def test_a_malformed_url_is_a_settings_error_without_the_url(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    name = "XMTP_PUSH_REDIS_URL" if url.startswith("redis") else "XMTP_PUSH_DATABASE_URL"
+    message = error_for(monkeypatch, **{name: url})
+    assert f"{name}: not a well-formed URL" in message
+    assert "p4ss" not in message
+
+
+# --- names that are no setting -------------------------------------------------------------------
+
+
+def test_a_mistyped_variable_is_warned_about_with_the_nearest_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XMTP_PUSH_HTTP_ENABLD", "true")
+    monkeypatch.setenv("XMTP_PUSH_NO_SUCH_THING_AT_ALL", "x")
+    monkeypatch.setenv("XMTP_PUSH_TEST_SOMETHING", "x")  # the test suite's own variables
+    assert unknown_setting_warnings() == [
+        "XMTP_PUSH_HTTP_ENABLD is not a setting and is ignored (did you mean XMTP_PUSH_HTTP_ENABLED?)",
+        "XMTP_PUSH_NO_SUCH_THING_AT_ALL is not a setting and is ignored",
+    ]
+
+
+def test_an_unknown_toml_key_is_warned_about_with_the_nearest_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(tmp_path, "max_atempts = 3\nhttp_port = 9000\n", monkeypatch)
+    assert unknown_setting_warnings() == [
+        "max_atempts (in the XMTP_PUSH_CONFIG file) is not a setting and is ignored (did you mean max_attempts?)"
+    ]
+
+
+def test_known_names_give_no_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(tmp_path, "max_attempts = 3\n", monkeypatch)
+    monkeypatch.setenv("XMTP_PUSH_HTTP_PORT", "9000")
+    monkeypatch.setenv("xmtp_push_grpc_port", "9001")  # names are case-insensitive
+    assert unknown_setting_warnings() == []
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

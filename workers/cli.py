@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Coroutine
+import traceback
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from importlib import metadata
 from typing import Any
 
-from app.core.config import Settings, SettingsError, load_settings
+from app.core.config import Settings, SettingsError, load_settings, unknown_setting_warnings
 from app.core.logging import configure_logging
 
 COMMANDS = {
@@ -25,6 +28,10 @@ COMMANDS = {
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xmtp-push", description="Push notification backend for XMTP.")
+    parser.add_argument("--version", action="version", version=f"xmtp-push {_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="log at DEBUG and show an operational failure's traceback"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         commands.add_parser(name, help=help_text, description=help_text)
@@ -34,10 +41,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version("xmtp-push")
+    except metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown (not installed)"
+
+
 def _migrate(settings: Settings) -> None:
     from app.core.migrations import upgrade
 
-    upgrade(settings)
+    with expected_failures(settings):
+        upgrade(settings)
 
 
 def _api(settings: Settings) -> None:
@@ -114,14 +129,37 @@ def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
         "stats": commands.run_stats,
         "config": commands.run_config_check,
     }[args.command]
-    return runner(settings, args)
+    with expected_failures(settings):
+        return runner(settings, args)
+
+
+@contextmanager
+def expected_failures(settings: Settings) -> Iterator[None]:
+    """An operational failure (a database or Redis unreachable, ...) ends the command with one line
+    naming the setting, and its own exit code; its traceback too only at log level DEBUG."""
+    try:
+        yield
+    except Exception as error:
+        from app.ops.failures import classify
+
+        failure = classify(error)
+        if failure is None:
+            raise
+        if settings.log_level == "DEBUG":
+            traceback.print_exc()
+        print(failure.line(), file=sys.stderr)
+        raise SystemExit(failure.code) from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
+    for warning in unknown_setting_warnings():
+        print(f"xmtp-push: warning: {warning}", file=sys.stderr)
     try:
         settings = load_settings()
+        if args.debug:
+            settings = settings.model_copy(update={"log_level": "DEBUG"})
         configure_logging(settings.log_level)
         if args.command in SERVING or args.command == "send-test":
             from app.delivery.registry import default_apps

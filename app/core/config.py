@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -15,10 +17,13 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 ENV_PREFIX = "XMTP_PUSH_"
 # Every request in and every request out is bounded by this (SDKs give up at 30 s).
 MAX_CALL_SECONDS = 30.0
+MALFORMED_URL = "not a well-formed URL (check the host, the port and that special characters are %-escaped)"
 
 
 class SettingsError(Exception):
@@ -107,6 +112,11 @@ class Settings(BaseSettings):
     def _check_database_url(cls, value: str) -> str:
         if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
             raise ValueError("must be a sqlite+aiosqlite:// or postgresql+asyncpg:// URL")
+        _check_url_shape(value)
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError):
+            raise ValueError(MALFORMED_URL) from None
         return value
 
     @field_validator("redis_url")
@@ -114,6 +124,8 @@ class Settings(BaseSettings):
     def _check_redis_url(cls, value: str | None) -> str | None:
         if value and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if value:
+            _check_url_shape(value)
         return value or None
 
     @classmethod
@@ -146,6 +158,15 @@ class Settings(BaseSettings):
         return self.database_url.startswith("sqlite")
 
 
+def _check_url_shape(value: str) -> None:
+    """A URL whose host or port cannot be read is refused here, not as a traceback at first use.
+    The message never quotes the URL: it may hold a password."""
+    try:
+        urlsplit(value).port  # noqa: B018 - reading it validates it
+    except ValueError:
+        raise ValueError(MALFORMED_URL) from None
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build settings, turning a validation failure into a message naming each bad setting."""
     config_file = os.environ.get(f"{ENV_PREFIX}CONFIG")
@@ -162,6 +183,58 @@ def load_settings(**overrides: Any) -> Settings:
 def _describe(exc: ValidationError) -> str:
     problems = []
     for error in exc.errors(include_input=False, include_url=False):
-        name = ENV_PREFIX + "_".join(str(part) for part in error["loc"][:1]).upper()
-        problems.append(f"{name}: {error['msg']}")
+        field = str(error["loc"][0]) if error["loc"] else ""
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{_source_name(field)}: {message}")
     return "invalid configuration: " + "; ".join(problems)
+
+
+def _source_name(field: str) -> str:
+    """Where a bad value came from: the environment variable (which wins) or the TOML file's key."""
+    variable = ENV_PREFIX + field.upper()
+    if variable not in _environment() and field in _toml_keys():
+        return f"{field} (in the {ENV_PREFIX}CONFIG file)"
+    return variable
+
+
+def _environment() -> set[str]:
+    return {name.upper() for name in os.environ}
+
+
+def _toml_keys() -> set[str]:
+    config_file = os.environ.get(f"{ENV_PREFIX}CONFIG")
+    if not config_file:
+        return set()
+    try:
+        return set(tomllib.loads(Path(config_file).read_text()))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return set()
+
+
+# XMTP_PUSH_ variables read elsewhere than the settings: the file's name, and the test suite's servers.
+_NOT_SETTINGS = frozenset({f"{ENV_PREFIX}CONFIG"})
+_TEST_VARIABLES = f"{ENV_PREFIX}TEST_"
+
+
+def unknown_setting_warnings() -> list[str]:
+    """A warning for each XMTP_PUSH_ variable and each TOML key that is no setting, with the nearest
+    setting's name: a mistyped name would otherwise be ignored in silence."""
+    fields = sorted(Settings.model_fields)
+    variables = {ENV_PREFIX + field.upper() for field in fields}
+    warnings = []
+    for name in sorted(_environment()):
+        known = name in variables or name in _NOT_SETTINGS or name.startswith(_TEST_VARIABLES)
+        if name.startswith(ENV_PREFIX) and not known:
+            nearest = _nearest(name.removeprefix(ENV_PREFIX).lower(), fields)
+            hint = f" (did you mean {ENV_PREFIX}{nearest.upper()}?)" if nearest else ""
+            warnings.append(f"{name} is not a setting and is ignored{hint}")
+    for key in sorted(_toml_keys() - set(fields)):
+        nearest = _nearest(key, fields)
+        hint = f" (did you mean {nearest}?)" if nearest else ""
+        warnings.append(f"{key} (in the {ENV_PREFIX}CONFIG file) is not a setting and is ignored{hint}")
+    return warnings
+
+
+def _nearest(name: str, known: list[str]) -> str | None:
+    matches = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return matches[0] if matches else None

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import MetaData, event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
@@ -50,8 +51,24 @@ def is_unavailable(error: BaseException) -> bool:
     return False
 
 
+class SqliteFolderMissing(Exception):
+    """The folder of the configured SQLite file does not exist."""
+
+
+def check_sqlite_folder(url: str) -> None:
+    """Refuse a SQLite file whose folder is missing before aiosqlite tries it: its connection thread
+    then reports the failure a second time, as a traceback, after the event loop has closed."""
+    database = make_url(url).database or ""
+    a_file = (
+        url.startswith("sqlite") and database not in ("", ":memory:") and not database.startswith("file:")
+    )
+    if a_file and not Path(database).parent.is_dir():
+        raise SqliteFolderMissing("the folder of the SQLite file does not exist")
+
+
 def create_engine(settings: Settings) -> AsyncEngine:
     if settings.is_sqlite:
+        check_sqlite_folder(settings.database_url)
         return _sqlite_engine(settings.database_url)
     return create_async_engine(
         settings.database_url,

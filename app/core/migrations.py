@@ -15,6 +15,7 @@ from alembic import command
 from alembic.config import Config
 
 from app.core.config import Settings
+from app.core.database import check_sqlite_folder
 
 DISTRIBUTION = "xmtp-push"
 INSTALLED_ENV = "share/xmtp-push/alembic/env.py"
@@ -56,4 +57,5 @@ def alembic_config(database_url: str) -> Config:
 
 def upgrade(settings: Settings, revision: str = "head") -> None:
     """Bring the configured database to `revision`. Blocking: run outside the event loop."""
+    check_sqlite_folder(settings.database_url)
     command.upgrade(alembic_config(settings.database_url), revision)

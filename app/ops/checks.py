@@ -14,6 +14,17 @@ from sqlalchemy import Connection
 from app.core.config import Settings, SettingsError
 from app.core.migrations import alembic_config
 from app.delivery.credentials import apns_credentials, fcm_credentials
+from app.ops.failures import (
+    CHECK_FAILED,
+    DATABASE_NOT_MIGRATED,
+    DATABASE_UNREACHABLE,
+    DATABASE_URL,
+    INVALID_CONFIGURATION,
+    REDIS_UNREACHABLE,
+    REDIS_URL,
+    Failure,
+    classify,
+)
 from app.runtime import Runtime, open_runtime
 
 CHECK_SECONDS = 10.0
@@ -24,6 +35,7 @@ class Check:
     name: str
     ok: bool
     detail: str  # never a secret, URL or token
+    exit_code: int = 0  # a failed check's code (app/ops/failures.py)
 
 
 def channel_checks(settings: Settings) -> list[Check]:
@@ -32,18 +44,35 @@ def channel_checks(settings: Settings) -> list[Check]:
         try:
             checks.append(Check(name, True, "configured" if load(settings) else "not configured"))
         except SettingsError as error:
-            checks.append(Check(name, False, str(error)))
+            checks.append(Check(name, False, str(error), INVALID_CONFIGURATION))
     checks.append(Check("channel http", True, "configured" if settings.http_enabled else "not configured"))
     return checks
 
 
-async def _bounded(name: str, probe: Awaitable[Check]) -> Check:
+NO_CHANNEL = (
+    "none configured, so every Register is refused: set XMTP_PUSH_APNS_KEY with XMTP_PUSH_APNS_KEY_ID, "
+    "XMTP_PUSH_APNS_TEAM_ID and XMTP_PUSH_APNS_BUNDLE_ID (APNs), XMTP_PUSH_FCM_SERVICE_ACCOUNT (FCM), "
+    "or XMTP_PUSH_HTTP_ENABLED=true (webhooks)"
+)
+
+
+def channel_warnings(settings: Settings) -> list[Check]:
+    """Usable, but probably not meant: no channel at all."""
+    if settings.apns_configured or settings.fcm_configured or settings.http_enabled:
+        return []
+    return [Check("channels", True, NO_CHANNEL)]
+
+
+async def _bounded(name: str, probe: Awaitable[Check], unanswered: Failure) -> Check:
     try:
         return await asyncio.wait_for(probe, CHECK_SECONDS)
     except TimeoutError:
-        return Check(name, False, f"no answer within {CHECK_SECONDS:.0f} s")
+        return Check(name, False, unanswered.message, unanswered.code)
     except Exception as error:
-        return Check(name, False, f"unreachable ({type(error).__name__})")
+        failure = classify(error)
+        if failure is None:
+            return Check(name, False, f"failed ({type(error).__name__})", CHECK_FAILED)
+        return Check(name, False, failure.message, failure.code)
 
 
 async def _database(runtime: Runtime) -> Check:
@@ -51,9 +80,8 @@ async def _database(runtime: Runtime) -> Check:
     async with runtime.engine.connect() as connection:
         current = await connection.run_sync(_current_revision)
     if current != head:
-        return Check(
-            "database", False, f"schema at {current or 'none'}, expected {head}: run `xmtp-push migrate`"
-        )
+        detail = f"{DATABASE_URL}: schema at {current or 'none'}, expected {head}: run `xmtp-push migrate`"
+        return Check("database", False, detail, DATABASE_NOT_MIGRATED)
     return Check("database", True, f"reachable, schema at {head}")
 
 
@@ -63,14 +91,18 @@ def _current_revision(connection: Connection) -> str | None:
 
 
 async def _redis(runtime: Runtime) -> Check:
-    ok = runtime.queue is not None and await runtime.queue.ping()
-    return Check("redis", ok, "reachable" if ok else "unreachable")
+    if runtime.queue is not None and await runtime.queue.ping():
+        return Check("redis", True, "reachable")
+    return Check("redis", False, f"{REDIS_URL}: Redis is unreachable", REDIS_UNREACHABLE)
 
 
 async def run_checks(settings: Settings) -> list[Check]:
     checks = channel_checks(settings)
     async with open_runtime(settings, sends=False) as runtime:
-        checks.append(await _bounded("database", _database(runtime)))
+        silent = f"no answer within {CHECK_SECONDS:.0f} s"
+        database = Failure(DATABASE_UNREACHABLE, f"{DATABASE_URL}: the database gave {silent}")
+        checks.append(await _bounded("database", _database(runtime), database))
         if settings.redis_url:
-            checks.append(await _bounded("redis", _redis(runtime)))
+            redis = Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis gave {silent}")
+            checks.append(await _bounded("redis", _redis(runtime), redis))
     return checks

@@ -126,11 +126,15 @@ def format_stats(stats: Stats) -> str:
 
 
 def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
-    from app.ops.checks import run_checks
+    from app.ops.checks import channel_warnings, run_checks
 
     checks = asyncio.run(run_checks(settings))
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
-    failed = sum(not check.ok for check in checks)
-    print("configuration is usable" if not failed else f"{failed} check(s) failed")
-    return 1 if failed else 0
+    warnings = channel_warnings(settings)
+    for warning in warnings:
+        print(f"warn {warning.name:<14} {warning.detail}")
+    failed = [check for check in checks if not check.ok]
+    usable = f"configuration is usable{f' ({len(warnings)} warning(s))' if warnings else ''}"
+    print(f"{len(failed)} check(s) failed" if failed else usable)
+    return failed[0].exit_code if failed else 0  # the first failure's code (README, "Exit codes")

@@ -1,0 +1,107 @@
+"""Expected operational failures of a command: one line naming the setting, and an exit code each.
+
+A command that meets one of these prints `xmtp-push: <SETTING>: <what is wrong>` and exits with its
+code (the README's Commands section lists them); anything else is a bug and keeps its traceback.
+The line never holds the setting's value: a database or Redis URL may carry a password.
+"""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import redis.exceptions
+from sqlalchemy import exc as sa_exc
+
+from app.core.config import ENV_PREFIX
+from app.core.database import SqliteFolderMissing, is_unavailable
+from app.core.migrations import MigrationsNotFound
+
+CHECK_FAILED = 1  # `config check` found a problem it has no code for; `send-test` was not delivered
+INVALID_CONFIGURATION = 2  # a setting's value (a malformed URL included), or a usage error
+PORT_TAKEN = 3
+DATABASE_UNREACHABLE = 4
+DATABASE_MISSING = 5
+DATABASE_CREDENTIALS_REFUSED = 6
+DATABASE_NOT_MIGRATED = 7
+REDIS_UNREACHABLE = 8
+MIGRATIONS_MISSING = 9
+
+DATABASE_URL = f"{ENV_PREFIX}DATABASE_URL"
+REDIS_URL = f"{ENV_PREFIX}REDIS_URL"
+# PostgreSQL SQLSTATEs: no such database; no such role or a wrong password; no such table.
+_MISSING_DATABASE = "3D000"
+_CREDENTIALS = "28"
+_NO_TABLE = "42P01"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    code: int
+    message: str  # names the setting, never its value
+
+    def line(self) -> str:
+        return f"xmtp-push: {self.message}"
+
+
+def classify(error: BaseException) -> Failure | None:
+    """The expected failure `error` stands for, or None for a bug."""
+    chain = list(_chain(error))
+    for link in chain:
+        if isinstance(link, MigrationsNotFound):
+            return Failure(MIGRATIONS_MISSING, str(link))
+        if isinstance(link, SqliteFolderMissing):
+            return _database(DATABASE_MISSING, "the SQLite file cannot be opened: its folder does not exist")
+        if isinstance(link, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            return Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis is unreachable ({_reason(chain)})")
+    for link in chain:
+        if isinstance(link, sa_exc.DBAPIError):
+            return _database_failure(link, chain)
+    if any(isinstance(link, OSError | TimeoutError) for link in chain):
+        return _database(DATABASE_UNREACHABLE, f"the database is unreachable ({_reason(chain)})")
+    return None
+
+
+def _database_failure(error: sa_exc.DBAPIError, chain: list[BaseException]) -> Failure | None:
+    state = getattr(error.orig, "sqlstate", None) or ""
+    sqlite_message = str(error.orig) if isinstance(error.orig, sqlite3.Error) else ""
+    if state == _MISSING_DATABASE:
+        return _database(DATABASE_MISSING, "the database does not exist: create it, then `xmtp-push migrate`")
+    if sqlite_message.startswith("unable to open database file"):
+        return _database(DATABASE_MISSING, "the SQLite file cannot be opened (does its folder exist?)")
+    if state.startswith(_CREDENTIALS):
+        return _database(DATABASE_CREDENTIALS_REFUSED, "the database refused the user or its password")
+    if state == _NO_TABLE or sqlite_message.startswith("no such table"):
+        return _database(DATABASE_NOT_MIGRATED, "the database has no schema: run `xmtp-push migrate`")
+    if is_unavailable(error):
+        return _database(DATABASE_UNREACHABLE, f"the database is unreachable ({_reason(chain)})")
+    return None
+
+
+def _database(code: int, problem: str) -> Failure:
+    return Failure(code, f"{DATABASE_URL}: {problem}")
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    current: BaseException | None = error
+    for _ in range(16):
+        if current is None:
+            return
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _reason(chain: list[BaseException]) -> str:
+    """What the connection met, in words that hold no host, port or URL."""
+    for link in chain:
+        if isinstance(link, socket.gaierror):
+            return "its host name does not resolve"
+        if isinstance(link, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(link, TimeoutError | redis.exceptions.TimeoutError):
+            return "no answer in time"
+        if isinstance(link, redis.exceptions.AuthenticationError):
+            return "credentials refused"
+    return type(chain[-1]).__name__
