@@ -10,13 +10,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /srv/xmtp-push
 
-# Dependencies and package in one layer, built from a copy of the sources that is removed after:
-# the installed package carries its migrations (share/xmtp-push/alembic), `migrate` needs no tree.
-COPY pyproject.toml README.md /tmp/xmtp-push/
+# Dependencies (at the versions of requirements.lock) and package in one layer, built from a copy of
+# the sources that is removed after: the installed package carries its migrations
+# (share/xmtp-push/alembic), so `migrate` needs no tree.
+COPY pyproject.toml README.md requirements.lock /tmp/xmtp-push/
 COPY app /tmp/xmtp-push/app
 COPY workers /tmp/xmtp-push/workers
 COPY alembic /tmp/xmtp-push/alembic
-RUN pip install /tmp/xmtp-push \
+RUN pip install -c /tmp/xmtp-push/requirements.lock /tmp/xmtp-push \
     && rm -rf /tmp/xmtp-push \
     && useradd --system --uid 10001 --home-dir /srv/xmtp-push xmtp-push \
     && chown xmtp-push /srv/xmtp-push

@@ -10,12 +10,19 @@ SOURCES := app workers tests bench alembic
 SYNAPSE_VENV ?= .synapse-venv
 SYNAPSE_VERSION := 1.163.2
 SYNAPSE_STAMP := $(SYNAPSE_VENV)/.matrix-synapse-$(SYNAPSE_VERSION)
+# Every dependency pinned (pyproject.toml's, all extras, and theirs); installs use it as constraints,
+# so a dependency added to pyproject.toml and not yet locked still installs. `make lock` rewrites it.
+LOCK := requirements.lock
+UV_VERSION := 0.13.8
 
 .DEFAULT_GOAL := help
-.PHONY: help install synapse test lint format typecheck rules proto openapi run check bench
+.PHONY: help install lock synapse test lint format typecheck rules proto openapi run check bench
 
 help:
 	@echo "make install    create $(VENV) (with $(PYTHON)) if missing and install the package with dev extras"
+	@echo "                at the versions of $(LOCK)"
+	@echo "make lock       regenerate $(LOCK) from pyproject.toml, keeping its pins where they still fit"
+	@echo "                (UPGRADE=1: the newest release of everything)"
 	@echo "make run        xmtp-push dev: HTTP :8080 and gRPC :50051 on SQLite, in-process queue"
 	@echo "make synapse    create $(SYNAPSE_VENV) with matrix-synapse $(SYNAPSE_VERSION) if missing (for the Matrix end-to-end tests)"
 	@echo "make test       run the test suite (needs PostgreSQL on 127.0.0.1:5432; .ci/run sets it up); makes synapse first"
@@ -32,7 +39,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 install: $(BIN)/python
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -c $(LOCK) -e '.[dev]'
+
+# uv resolves for Linux and Python 3.11 (the image's and CI's); it needs the package index.
+lock: $(BIN)/python
+	$(BIN)/python -m pip install -q 'uv==$(UV_VERSION)'
+	$(BIN)/uv pip compile pyproject.toml --all-extras --python-version 3.11 --python-platform linux \
+		--custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) -o $(LOCK)
 
 $(SYNAPSE_STAMP):
 	$(PYTHON) -m venv $(SYNAPSE_VENV)
@@ -74,5 +87,5 @@ check: lint typecheck rules test
 
 # Long (tens of minutes) and heavy: run it on a quiet machine. BENCH_ARGS=--quick for a smoke run.
 bench: $(BIN)/python
-	$(BIN)/python -m pip install -e '.[dev,bench]'
+	$(BIN)/python -m pip install -c $(LOCK) -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -69,6 +69,7 @@ fcm = ops_support.fcm
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 NGINX_EXAMPLE = ROOT / "nginx.conf.example"
+ENV_EXAMPLE = ROOT / ".env.example"
 PROGRESS = ("... looking up the recipient", "... sending a test hint over")
 
 
@@ -83,16 +84,32 @@ def published(port: str | dict[str, Any]) -> tuple[str, int, int]:
     return host, int(published_port), int(target)
 
 
-def test_compose_file_is_valid_and_has_the_production_shape() -> None:
+def compose_config(project: Path, env_file: str | None) -> tuple[int, dict[str, Any], str]:
+    """`docker-compose config` of our compose file, with `env_file` as the .env beside it."""
     compose = required_tool("docker-compose", "docker-compose")
-    result = asyncio.run(run_child([compose, "-f", str(COMPOSE_FILE), "config"], child_env()))
-    assert result.returncode == 0, result
-    config = yaml.safe_load(result.stdout)
+    project.mkdir(exist_ok=True)
+    if env_file is not None:
+        (project / ".env").write_text(env_file)
+    env = {name: value for name, value in child_env().items() if name != "POSTGRES_PASSWORD"}
+    args = [compose, "-f", str(COMPOSE_FILE), "--project-directory", str(project), "config"]
+    result = asyncio.run(run_child(args, env))
+    config = yaml.safe_load(result.stdout) if result.returncode == 0 else {}
+    return result.returncode, config, result.stdout + result.stderr
+
+
+def example_env(**changes: str) -> str:
+    """.env.example as an operator fills it in: the password set, and `changes` appended."""
+    text = ENV_EXAMPLE.read_text().replace("\nPOSTGRES_PASSWORD=\n", "\nPOSTGRES_PASSWORD=pw-0f5e\n")
+    return text + "".join(f"{name}={value}\n" for name, value in changes.items())
+
+
+def test_compose_file_is_valid_and_has_the_production_shape(tmp_path: Path) -> None:
+    code, config, output = compose_config(tmp_path, example_env())
+    assert code == 0, output
     services: dict[str, Any] = config["services"]
     workers = sorted(name for name, s in services.items() if s.get("command") == ["worker"])
     assert {"postgres", "redis", "migrate", "api", "listener"} <= set(services)
     assert len(workers) == 2, workers
-
     commands = {name: s.get("command") for name, s in services.items() if "build" in s}
     assert commands == {
         "migrate": ["migrate"],
@@ -107,9 +124,13 @@ def test_compose_file_is_valid_and_has_the_production_shape() -> None:
         assert depends["migrate"] == {"condition": "service_completed_successfully"}, name
         assert depends["redis"] == {"condition": "service_healthy"}, name
         assert services[name]["restart"] == "unless-stopped", name
+    for name in commands:
         env = services[name]["environment"]
-        assert env["XMTP_PUSH_DATABASE_URL"].startswith("postgresql+asyncpg://"), name
+        assert (
+            env["XMTP_PUSH_DATABASE_URL"] == "postgresql+asyncpg://xmtp_push:pw-0f5e@postgres:5432/xmtp_push"
+        )
         assert env["XMTP_PUSH_REDIS_URL"] == "redis://redis:6379/0", name
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "pw-0f5e"
     # Health checks: the databases, and the API's readiness (which covers both of them).
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
     assert "ping" in services["redis"]["healthcheck"]["test"]
@@ -118,19 +139,36 @@ def test_compose_file_is_valid_and_has_the_production_shape() -> None:
         ("127.0.0.1", 8080, 8080),
         ("127.0.0.1", 50051, 50051),
     ]
+    # The network the listener joins is named in .env.example, which the compose file points to.
     listener_env = services["listener"]["environment"]
     assert listener_env["XMTP_PUSH_XMTPD_ADDRESS"] == "grpc.testnet.xmtp.network:443"
+    assert "XMTP testnet" in COMPOSE_FILE.read_text() and "XMTP testnet" in ENV_EXAMPLE.read_text()
 
 
-def test_compose_file_takes_the_xmtpd_address_from_the_environment() -> None:
-    compose = required_tool("docker-compose", "docker-compose")
-    env = child_env()
-    env["XMTPD_ADDRESS"], env["XMTPD_TLS"] = "xmtpd.internal:5050", "false"
-    result = asyncio.run(run_child([compose, "-f", str(COMPOSE_FILE), "config"], env))
-    assert result.returncode == 0, result
-    listener = yaml.safe_load(result.stdout)["services"]["listener"]["environment"]
-    assert listener["XMTP_PUSH_XMTPD_ADDRESS"] == "xmtpd.internal:5050"
-    assert listener["XMTP_PUSH_XMTPD_TLS"] == "false"
+def test_compose_file_passes_every_setting_of_the_env_file(tmp_path: Path) -> None:
+    settings = {
+        "XMTP_PUSH_HTTP_TIMEOUT_SECONDS": "4",
+        "XMTP_PUSH_DELIVERY_CONCURRENCY": "64",
+        "XMTP_PUSH_XMTPD_ADDRESS": "xmtpd.internal:5050",
+        "XMTP_PUSH_XMTPD_TLS": "false",
+    }
+    code, config, output = compose_config(tmp_path, example_env(**settings))
+    assert code == 0, output
+    built = {name: s for name, s in config["services"].items() if "build" in s}
+    assert len(built) == 5, sorted(built)
+    for name, service in built.items():
+        assert settings.items() <= service["environment"].items(), name
+
+
+def test_compose_file_refuses_to_start_without_a_database_password(tmp_path: Path) -> None:
+    no_password = ENV_EXAMPLE.read_text()
+    assert "\nPOSTGRES_PASSWORD=\n" in no_password  # the example ships none
+    code, _, output = compose_config(tmp_path / "empty", no_password)
+    assert code != 0 and "set POSTGRES_PASSWORD in .env" in output, output
+    code, _, output = compose_config(tmp_path / "missing", None)
+    assert code != 0 and "POSTGRES_PASSWORD" in output, output
+    raw = COMPOSE_FILE.read_text()
+    assert "POSTGRES_PASSWORD:-" not in raw and "POSTGRES_PASSWORD-" not in raw  # no default anywhere
 
 
 # --- the reverse-proxy example ---------------------------------------------------------------------

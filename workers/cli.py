@@ -45,7 +45,9 @@ def _version() -> str:
     try:
         return metadata.version("xmtp-push")
     except metadata.PackageNotFoundError:  # run from a tree that was never installed
-        return "unknown (not installed)"
+        from app import __version__
+
+        return __version__
 
 
 def _migrate(settings: Settings) -> None:
