@@ -84,3 +84,26 @@ def test_migrate_runs_from_a_wheel_installed_outside_the_tree(tmp_path: Path) ->
         head = connection.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"recipients", "subscriptions", "listener_cursors", "alembic_version"} <= names
     assert head == [(ScriptDirectory(str(TREE / "alembic")).get_current_head(),)]  # every revision ran
+
+
+def test_an_install_without_its_migrations_says_so_in_one_line(tmp_path: Path) -> None:
+    venv = fresh_venv(tmp_path)
+    python = str(venv / "bin" / "python")
+    pip = [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index"]
+    _run([*pip, str(build_wheel(tmp_path))], tmp_path)
+    shutil.rmtree(venv / "share" / "xmtp-push" / "alembic")  # a broken or repackaged install
+
+    env = outside_env(XMTP_PUSH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    result = subprocess.run(
+        [str(venv / "bin" / "xmtp-push"), "migrate"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 9, result
+    assert result.stderr == (
+        "xmtp-push: the migration scripts are not installed: reinstall the xmtp-push package\n"
+    )
