@@ -97,7 +97,7 @@ def assert_one_line(result: subprocess.CompletedProcess[str], code: int, setting
 
 
 @pytest.mark.parametrize("case", DATABASE_CASES)
-@pytest.mark.parametrize("args", [("migrate",), ("stats",)], ids=" ".join)
+@pytest.mark.parametrize("args", [("migrate",), ("stats",), ("dev",)], ids=" ".join)
 def test_a_database_failure_is_one_line_with_its_code(tmp_path: Path, case: str, args: tuple[str]) -> None:
     url, code, words = DATABASE_CASES[case]
     result = xmtp_push(*args, cwd=tmp_path, database_url=url(tmp_path))
