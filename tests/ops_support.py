@@ -15,8 +15,10 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from app.ops.stats import collect_stats
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
@@ -29,6 +31,8 @@ from tests.pipeline_support import Pipeline, envelope, group_topic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_TIMEOUT = 60.0
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+ENV_EXAMPLE = ROOT / ".env.example"
 
 
 # Module-scoped fixtures for the local APNs and FCM; test modules bind them by name.
@@ -320,3 +324,25 @@ async def scripted_run(pipe: Pipeline, receiver: Receiver, apns: FakeApns) -> Sc
     assert len(gone_hook.requests) == pipe.runtime.settings.max_attempts  # 410 is confirmed by retrying
     assert len(apns.requests) == 2
     return ScriptedRun(kept, gone, topic, expected, {"apns": 1, "fcm": 0, "http": 2}, subscriptions=3)
+
+
+# --- the compose file ---------------------------------------------------------------------------
+
+
+def compose_config(project: Path, env_file: str | None, *options: str) -> tuple[int, dict[str, Any], str]:
+    """`docker-compose config` of our compose file, with `env_file` as the .env beside it."""
+    compose = required_tool("docker-compose", "docker-compose")
+    project.mkdir(exist_ok=True)
+    if env_file is not None:
+        (project / ".env").write_text(env_file)
+    env = {name: value for name, value in child_env().items() if name != "POSTGRES_PASSWORD"}
+    args = [compose, "-f", str(COMPOSE_FILE), "--project-directory", str(project), *options, "config"]
+    result = asyncio.run(run_child(args, env))
+    config = yaml.safe_load(result.stdout) if result.returncode == 0 else {}
+    return result.returncode, config, result.stdout + result.stderr
+
+
+def example_env(**changes: str) -> str:
+    """.env.example as an operator fills it in: the password set, and `changes` appended."""
+    text = ENV_EXAMPLE.read_text().replace("\nPOSTGRES_PASSWORD=\n", "\nPOSTGRES_PASSWORD=pw-0f5e\n")
+    return text + "".join(f"{name}={value}\n" for name, value in changes.items())

@@ -24,7 +24,6 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-import yaml
 from cryptography.hazmat.primitives import serialization
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,10 +36,13 @@ from app.testing.keys import apns_key_pem, fcm_key
 from app.testing.webhook_receiver import Receiver
 from tests import ops_support, pipeline_support
 from tests.ops_support import (
+    ENV_EXAMPLE,
     ROOT,
     Registered,
     channel_env,
     child_env,
+    compose_config,
+    example_env,
     free_port,
     register,
     required_tool,
@@ -69,7 +71,6 @@ fcm = ops_support.fcm
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 NGINX_EXAMPLE = ROOT / "nginx.conf.example"
-ENV_EXAMPLE = ROOT / ".env.example"
 PROGRESS = ("... looking up the recipient", "... sending a test hint over")
 
 
@@ -82,25 +83,6 @@ def published(port: str | dict[str, Any]) -> tuple[str, int, int]:
         return str(port.get("host_ip", "0.0.0.0")), int(port["published"]), int(port["target"])
     host, published_port, target = port.split("/")[0].rsplit(":", 2)
     return host, int(published_port), int(target)
-
-
-def compose_config(project: Path, env_file: str | None) -> tuple[int, dict[str, Any], str]:
-    """`docker-compose config` of our compose file, with `env_file` as the .env beside it."""
-    compose = required_tool("docker-compose", "docker-compose")
-    project.mkdir(exist_ok=True)
-    if env_file is not None:
-        (project / ".env").write_text(env_file)
-    env = {name: value for name, value in child_env().items() if name != "POSTGRES_PASSWORD"}
-    args = [compose, "-f", str(COMPOSE_FILE), "--project-directory", str(project), "config"]
-    result = asyncio.run(run_child(args, env))
-    config = yaml.safe_load(result.stdout) if result.returncode == 0 else {}
-    return result.returncode, config, result.stdout + result.stderr
-
-
-def example_env(**changes: str) -> str:
-    """.env.example as an operator fills it in: the password set, and `changes` appended."""
-    text = ENV_EXAMPLE.read_text().replace("\nPOSTGRES_PASSWORD=\n", "\nPOSTGRES_PASSWORD=pw-0f5e\n")
-    return text + "".join(f"{name}={value}\n" for name, value in changes.items())
 
 
 def test_compose_file_is_valid_and_has_the_production_shape(tmp_path: Path) -> None:
