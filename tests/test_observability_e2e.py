@@ -159,6 +159,16 @@ async def test_every_process_tells_what_it_caused(
             assert metric(samples, "xmtp_push_retries_waiting") == 0
             assert metric(samples, "xmtp_push_build_info", version=__version__) == 1
 
+        # The API's status page tells the whole deployment: the listener live with its lag, the
+        # refused credentials, and the failures apart from the deliveries.
+        rows = [
+            '<tr><td>apns</td><td class="bad">credentials refused (1 in the last hour)</td><td>1</td><td>1</td></tr>',
+            '<tr><td>http</td><td class="bad">failing (2 of 4 failed or rejected)</td><td>1</td><td>3</td></tr>',
+        ]
+        page = await status_page(client, ports["api"], rows)
+        listener_words = re.search(r'<p id="listener" class="ok">live, lag ([0-9.]+) s', page)
+        assert listener_words and float(listener_words.group(1)) >= LAG_SECONDS, page
+
         # Nothing anybody registered is in any label.
         for text in (api_text, listener_text, *worker_texts):
             for value in [r.target for r in registered] + [r.rid.hex() for r in registered]:
@@ -185,4 +195,15 @@ async def settled(
         if time.monotonic() > deadline:
             outputs = "\n".join(w.output() for w in workers)
             raise AssertionError(f"outcomes {found}, want {expected}\n{outputs}")
+        await asyncio.sleep(0.2)
+
+
+async def status_page(client: httpx.AsyncClient, port: int, rows: list[str]) -> str:
+    """/status once it shows `rows` (workers add their outcomes to it once a second)."""
+    deadline = time.monotonic() + 10
+    while True:
+        page = (await client.get(f"http://127.0.0.1:{port}/status")).text
+        if all(row in page for row in rows):
+            return page
+        assert time.monotonic() < deadline, page[page.find("<h2>Channels</h2>") :][:1500]
         await asyncio.sleep(0.2)

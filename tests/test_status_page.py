@@ -1,20 +1,30 @@
-"""GET /status in a real browser: headless Chromium loads the page the API serves after a scripted
-run with deliveries on two channels, takes a screenshot that must show the page (and its chart), and
-dumps the DOM it rendered."""
+"""GET /status in a real browser: headless Chromium loads the page the API serves after scripted runs,
+takes a screenshot that must show the page (and its charts), and dumps the DOM it rendered. One run
+delivers on two channels (gone targets among them); another is a failure burst, which must show in
+red: failure bars in the failures chart, and the channels' health."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import secrets
+import time
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from app.api.status import COLORS
+import psutil
+from redis.asyncio import Redis
+
+from app import __version__
+from app.api.status import COLORS, FAILURE_COLORS, render
+from app.ops.stats import Stats, collect_stats
+from app.queue.activity import ListenerState, RedisActivityLog
 from app.testing.fake_apns import FakeApns, TlsFiles
 from app.testing.keys import apns_key_pem
 from app.testing.webhook_receiver import Receiver
 from tests import ops_support, pipeline_support
-from tests.ops_support import Image, read_png, required_tool, run_child, scripted_run
-from tests.pipeline_support import running_pipeline
+from tests.ops_support import Image, read_png, register, required_tool, run_child, scripted_run
+from tests.pipeline_support import Pipeline, envelope, group_topic, running_pipeline
 
 receiver = pipeline_support.receiver
 redis_url = pipeline_support.redis_url
@@ -23,7 +33,7 @@ tls = ops_support.tls
 apns = ops_support.apns
 
 BROWSER_SECONDS = 60.0
-WIDTH, HEIGHT = 1000, 1200
+WIDTH, HEIGHT = 1000, 1800
 BACKGROUND = (0xFA, 0xFA, 0xFA)
 
 
@@ -66,6 +76,67 @@ def longest_run(image: Image, color: tuple[int, int, int]) -> tuple[int, int, in
     return best
 
 
+def tallest_column(image: Image, color: tuple[int, int, int]) -> int:
+    """The longest vertical run of pixels near `color`: a bar, not a glyph (text is 16 px at most)."""
+    best = 0
+    for column in range(image.width):
+        run = 0
+        for row in range(image.height):
+            run = run + 1 if near(image.pixels[row * image.width + column], color, 24) else 0
+            best = max(best, run)
+    return best
+
+
+def svg(html: str, label: str) -> str:
+    found = re.search(rf'<svg role="img" aria-label="{label}".*?</svg>', html)
+    assert found, f"no {label} chart"
+    return found.group()
+
+
+def bars(chart: str) -> dict[str, str]:
+    """Series name -> fill of the bars drawn for it."""
+    return dict(re.findall(r'<rect class="bar-([a-z]+)" [^>]*fill="(#[0-9a-f]{6})"', chart))
+
+
+async def browse(url: str, folder: Path) -> tuple[str, Image]:
+    """The DOM Chromium renders for `url`, and its screenshot."""
+    chromium = required_tool("chromium", "chromium")
+    screenshot = folder / "status.png"
+    # The browser runs beside this event loop, which keeps serving the page.
+    shot, dom = await asyncio.gather(
+        run_child(
+            chromium_args(chromium, folder / "profile-shot", f"--screenshot={screenshot}", url),
+            ops_support.child_env(),
+            BROWSER_SECONDS,
+        ),
+        run_child(
+            chromium_args(chromium, folder / "profile-dom", "--dump-dom", url),
+            ops_support.child_env(),
+            BROWSER_SECONDS,
+        ),
+    )
+    assert shot.returncode == 0, shot
+    assert dom.returncode == 0, dom
+    assert screenshot.is_file(), shot
+    image = read_png(screenshot.read_bytes())
+    assert (image.width, image.height) == (WIDTH, HEIGHT)
+    colors = image.colors()
+    assert len(colors) >= 50, f"only {len(colors)} colours: a blank page?"
+    drawn = sum(1 for p in image.pixels if p != BACKGROUND)
+    assert drawn > 0.02 * len(image.pixels), f"only {drawn} pixels differ from the background"
+    return dom.stdout, image
+
+
+def pipeline_with_apns(
+    stack: pipeline_support.Stack, apns: FakeApns, tls: TlsFiles
+) -> AbstractAsyncContextManager[Pipeline]:
+    """The pipeline with the local APNs configured beside the webhooks."""
+    apns.reset()
+    return running_pipeline(
+        stack, apns_key=apns_key_pem(), apns_endpoint=apns.endpoint, apns_ca_file=tls.ca_file
+    )
+
+
 async def test_status_page_in_headless_chromium(
     redis_postgresql_stack: pipeline_support.Stack,
     receiver: Receiver,
@@ -73,32 +144,18 @@ async def test_status_page_in_headless_chromium(
     tls: TlsFiles,
     tmp_path: Path,
 ) -> None:
-    chromium = required_tool("chromium", "chromium")
-    overrides = {"apns_key": apns_key_pem(), "apns_endpoint": apns.endpoint, "apns_ca_file": tls.ca_file}
-    apns.reset()
-    screenshot = tmp_path / "status.png"
-    async with running_pipeline(redis_postgresql_stack, **overrides) as pipe:
+    async with pipeline_with_apns(redis_postgresql_stack, apns, tls) as pipe:
         run = await scripted_run(pipe, receiver, apns)
-        url = f"{pipe.http.base_url}/status"
-        # The browser runs beside this event loop, which keeps serving the page.
-        shot, dom = await asyncio.gather(
-            run_child(
-                chromium_args(chromium, tmp_path / "profile-shot", f"--screenshot={screenshot}", url),
-                ops_support.child_env(),
-                BROWSER_SECONDS,
-            ),
-            run_child(
-                chromium_args(chromium, tmp_path / "profile-dom", "--dump-dom", url),
-                ops_support.child_env(),
-                BROWSER_SECONDS,
-            ),
-        )
-    assert shot.returncode == 0, shot
-    assert dom.returncode == 0, dom
+        configured = {p.channel for p in pipe.runtime.providers}
+        html, image = await browse(f"{pipe.http.base_url}/status", tmp_path)
 
     # What the page shows.
-    html = dom.stdout
     assert "<h1>xmtp-push status</h1>" in html, html[:2000]
+    # Uptime of the serving process (this one): minutes since it started, give or take the turn of one.
+    up = re.search(rf"Version {re.escape(__version__)}, up (\d+) h (\d+) min\.", html)
+    assert up, html[:2000]
+    minutes = (time.time() - psutil.Process().create_time()) / 60
+    assert abs(int(up.group(1)) * 60 + int(up.group(2)) - minutes) <= 1, (up.group(), minutes)
     for channel, counts in run.outcomes.items():
         cells = "".join(f"<td>{counts.get(o, 0)}</td>" for o in ("dead", "delivered"))
         assert f"<tr><td>{channel}</td>{cells}</tr>" in html, channel
@@ -107,30 +164,107 @@ async def test_status_page_in_headless_chromium(
     for channel, count in run.recipients.items():
         assert f"<tr><td>{channel}</td><td>{count}</td></tr>" in html, channel
     assert f"<p>{run.subscriptions} subscriptions.</p>" in html
+    # Channels: delivered and gone targets are healthy; a channel without settings says so.
+    for channel in ("apns", "fcm", "http"):
+        health = '<td class="ok">ok</td>' if channel in configured else '<td class="off">not configured</td>'
+        delivered = run.outcomes.get(channel, {}).get("delivered", 0)
+        failures = run.outcomes.get(channel, {}).get("dead", 0)
+        assert f"<tr><td>{channel}</td>{health}<td>{delivered}</td><td>{failures}</td></tr>" in html, channel
+    assert 'class="off">not configured: no listener has reported' in html
+    # Deliveries apart from failures: the gone targets are failures' bars (grey), never red.
+    assert bars(svg(html, "delivered per minute")) == {c: COLORS[c] for c in ("apns", "http")}
+    assert bars(svg(html, "failures per minute")) == {"dead": FAILURE_COLORS["dead"]}
+    # Latency: a line per channel that attempted, one point per minute of the last hour.
     polylines = re.findall(
-        r'<polyline fill="none" stroke="(#[0-9a-f]{6})" stroke-width="2" points="([^"]+)"', html
+        r'stroke="(#[0-9a-f]{6})" stroke-width="2" points="([^"]+)"', svg(html, "mean attempt latency")
     )
     assert sorted(color for color, _ in polylines) == sorted([COLORS["apns"], COLORS["http"]]), polylines
-    for _, points in polylines:
-        assert len(points.split()) == 60  # one point per minute of the last hour
+    assert all(len(points.split()) == 60 for _, points in polylines)
+    # Backlog: the workers' samples, a line per queue.
+    assert len(re.findall("<polyline", svg(html, "backlog"))) == 5
 
-    # What the browser drew: a page, not a blank (or error) screen, with the chart's lines in it.
-    assert screenshot.is_file(), shot
-    image = read_png(screenshot.read_bytes())
-    assert (image.width, image.height) == (WIDTH, HEIGHT)
-    colors = image.colors()
-    assert len(colors) >= 50, f"only {len(colors)} colours: a blank page?"
-    drawn = sum(1 for p in image.pixels if p != BACKGROUND)
-    assert drawn > 0.02 * len(image.pixels), f"only {drawn} pixels differ from the background"
-    # http's line is drawn last: its flat stretch at zero covers most of the chart's width...
-    length, baseline, left = longest_run(image, rgb(COLORS["http"]))
-    assert length >= 300, length
-    # ...and apns's line rises above it inside the chart (the legend is below the chart).
-    apns_color = rgb(COLORS["apns"])
-    rising = [
-        (x, y)
-        for y in range(max(0, baseline - 200), baseline)
-        for x in range(left, left + length + 20)
-        if near(image.pixels[y * image.width + x], apns_color)
-    ]
-    assert len(rising) >= 10, rising
+    # What the browser drew: the bars, and nothing red taller than the legend's swatch.
+    assert tallest_column(image, rgb(COLORS["http"])) >= 20
+    assert tallest_column(image, rgb(FAILURE_COLORS["failed"])) < 20
+
+
+async def failure_burst(pipe: Pipeline, receiver: Receiver, apns: FakeApns) -> dict[str, dict[str, int]]:
+    """Webhooks failing (500, until the retries run out) and refusing (400), one delivered, and an
+    APNs token whose answer refuses the credentials (403); one envelope for them all."""
+    topic = group_topic()
+    answers = [500, 500, 500, 400, 400, 200]
+    hooks = [receiver.endpoint([status]) for status in answers]
+    for hook in hooks:
+        await register(pipe.stub, "http", hook.url, hook.key, [topic])
+    await register(pipe.stub, "apns", f"forbidden.{secrets.token_hex(8)}", topics=[topic])
+    await pipe.ingest_ok([envelope(topic, 42)])
+    expected = {"apns": {"rejected": 1}, "http": {"delivered": 1, "failed": 3, "rejected": 2}}
+    deadline = time.monotonic() + 30
+    while (await collect_stats(pipe.runtime)).outcomes != expected:
+        pipe.check_workers()
+        assert time.monotonic() < deadline, (await collect_stats(pipe.runtime)).outcomes
+        await asyncio.sleep(0.05)
+    await pipe.settled(receiver)
+    return expected
+
+
+async def test_a_failure_burst_shows_in_red(
+    redis_postgresql_stack: pipeline_support.Stack,
+    receiver: Receiver,
+    apns: FakeApns,
+    tls: TlsFiles,
+    tmp_path: Path,
+) -> None:
+    async with pipeline_with_apns(redis_postgresql_stack, apns, tls) as pipe:
+        await failure_burst(pipe, receiver, apns)
+        html, image = await browse(f"{pipe.http.base_url}/status", tmp_path)
+
+    assert (
+        '<tr><td>http</td><td class="bad">failing (5 of 6 failed or rejected)</td><td>1</td><td>5</td></tr>'
+        in html
+    )
+    assert (
+        '<tr><td>apns</td><td class="bad">credentials refused (1 in the last hour)</td><td>0</td><td>1</td></tr>'
+        in html
+    )
+    failures = bars(svg(html, "failures per minute"))
+    assert failures == {"failed": FAILURE_COLORS["failed"], "rejected": FAILURE_COLORS["rejected"]}
+    assert FAILURE_COLORS["failed"] == "#d62728"  # red
+    assert bars(svg(html, "delivered per minute")) == {"http": COLORS["http"]}
+    # The browser drew the burst as a red bar (taller than any glyph), and the red health words.
+    assert tallest_column(image, rgb(FAILURE_COLORS["failed"])) >= 20
+    assert image.count_near(rgb(FAILURE_COLORS["failed"])) >= 300
+
+
+async def test_the_listener_is_told_as_not_configured_connecting_catching_up_live_or_silent(
+    redis_url: str,
+) -> None:
+    client = Redis.from_url(redis_url)
+    log = RedisActivityLog(client)
+    now = time.time()
+    try:
+        assert await log.listener() is None
+        cases = {
+            ListenerState(3.5, now, "catching_up", 7): ('class="warn"', "catching up (lag 3.5 s)"),
+            ListenerState(0.0, now, "connecting", 0): ('class="warn"', "connecting (lag 0.0 s)"),
+            ListenerState(1.25, now, "live", 2): (
+                'class="ok"',
+                "live, lag 1.2 s, 2 envelopes past the stored cursor",
+            ),
+            ListenerState(1.0, now - 600, "live", 0): (
+                'class="bad"',
+                "not reporting for 600 s (last seen live)",
+            ),
+        }
+        for state, (css, words) in cases.items():
+            await log.set_listener(state)
+            stored = await log.listener()
+            assert stored == state  # through Redis and back
+            stats = Stats({"apns": 0, "fcm": 0, "http": 0}, 0, None, None, {}, listener=stored, generated=now)
+            assert f'<p id="listener" {css}>{words}</p>' in render(stats, set()), state
+        no_listener = Stats({}, 0, None, None, {}, generated=now)
+        assert '<p id="listener" class="off">not configured: no listener has reported' in render(
+            no_listener, set()
+        )
+    finally:
+        await client.aclose()

@@ -25,6 +25,7 @@ from app.delivery.retry import Retry, next_step
 from app.delivery.types import Outcome, OutcomeKind
 from app.fanout.delivery_job import DeliveryJob
 from app.fanout.hints import RENDERERS
+from app.queue.activity import ATTEMPT_MS, ATTEMPTS, CREDENTIALS_REFUSED
 from app.queue.base import Commit, Delayed, Entry, WorkQueue, delivery_stream
 from app.recipients.types import Channel, Target
 from app.runtime import Runtime
@@ -220,6 +221,10 @@ class DeliveryWorker:
             seconds = time.perf_counter() - started
             self._seconds.observe(seconds)
             log_outcome(self.channel, outcome, seconds)
+            self._tally[(self.channel, ATTEMPTS)] += 1
+            self._tally[(self.channel, ATTEMPT_MS)] += round(seconds * 1000)
+            if outcome.credentials_refused:
+                self._tally[(self.channel, CREDENTIALS_REFUSED)] += 1
         if self._record(work, outcome):
             await self._delete_dead(work.job.recipient_id, target)
         # Acknowledged only now: a crash before this point repeats the attempt (and the deletion).

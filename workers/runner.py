@@ -43,7 +43,7 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
         run_fanout(runtime, queue, consumer, stop),
         *(DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}").run(stop) for p in providers),
         promote_retries(queue, stop),
-        watch_queue(queue, stop),
+        watch_queue(runtime, queue, stop),
     )
     # Stopped cleanly, everything acknowledged: this process's consumer names leave their groups.
     fanout_names = [f"{consumer}-fanout-{n}" for n in range(runtime.settings.fanout_concurrency)]
@@ -75,12 +75,15 @@ async def promote_retries(queue: WorkQueue, stop: asyncio.Event) -> None:
             await _wait(stop, PROMOTE_IDLE_SECONDS)
 
 
-async def watch_queue(queue: WorkQueue, stop: asyncio.Event) -> None:
-    """The backlog every few seconds; once a minute, the consumers of workers long gone are pruned."""
+async def watch_queue(runtime: Runtime, queue: WorkQueue, stop: asyncio.Event) -> None:
+    """The backlog every few seconds, kept per minute for /status; once a minute, the consumers of
+    workers long gone are pruned."""
     rounds = 0
     while not stop.is_set():
         with contextlib.suppress(Exception):
-            await sample_backlog(queue, STREAMS)
+            depths = await sample_backlog(queue, STREAMS)
+            if runtime.activity is not None:
+                await runtime.activity.record_backlog(depths, time.time())
             if rounds % PRUNE_EVERY == 0:
                 for stream in STREAMS:
                     await queue.retire_consumers(stream, DEAD_CONSUMER_SECONDS)

@@ -1,117 +1,201 @@
-"""GET /status: a server-rendered page of the last hour's deliveries, queue depths and listener lag."""
+"""GET /status: a server-rendered page of the last hour: deliveries and failures apart, attempt latency,
+the backlog, each channel's health, the listener, version and uptime."""
 
 from __future__ import annotations
 
 import html
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 
+import psutil
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from app.ops.stats import Stats, collect_stats
+from app import __version__
+from app.api.charts import last_hour, legend, lines, stacked_bars
+from app.ops.stats import CHANNEL_LABELS, FAILURES, Stats, collect_stats
+from app.queue.activity import MinuteCount
 
 router = APIRouter(tags=["operations"])
 
-WIDTH, HEIGHT, PAD = 720, 220, 36
 COLORS = {"apns": "#1f77b4", "fcm": "#ff7f0e", "http": "#2ca02c"}
+# Failures in red (failed: retries ran out; rejected: refused for good); a gone target (dead) and a token
+# of another app (mismatch) apart from them.
+FAILURE_COLORS = {"failed": "#d62728", "rejected": "#8b0000", "mismatch": "#9467bd", "dead": "#7f7f7f"}
+QUEUE_COLORS = {
+    "envelopes": "#8c564b",
+    "deliveries.apns": COLORS["apns"],
+    "deliveries.fcm": COLORS["fcm"],
+    "deliveries.http": COLORS["http"],
+    "retries": "#e377c2",
+}
+# A failure share above this marks a channel failing (the alert rule's threshold).
+FAILING_RATIO = 0.1
+# A listener that has not reported for this long is shown as not reporting.
+LISTENER_STALE_SECONDS = 120.0
+STARTED = psutil.Process().create_time()
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="15">
 <title>xmtp-push status</title>
 <style>
 body{{font-family:system-ui,sans-serif;margin:2rem;color:#222;background:#fafafa}}
-h1{{font-size:1.4rem}} h2{{font-size:1.1rem;margin-top:2rem}}
+h1{{font-size:1.4rem}} h2{{font-size:1.1rem;margin-top:1.6rem}}
 table{{border-collapse:collapse}} td,th{{padding:.25rem .75rem;border-bottom:1px solid #ddd;text-align:right}}
 th:first-child,td:first-child{{text-align:left}} svg{{background:#fff;border:1px solid #ddd}}
-.legend span{{margin-right:1rem}}
+.legend span{{margin-right:1rem}} .ok{{color:#2ca02c}} .bad{{color:#d62728;font-weight:bold}} .off{{color:#888}}
+.warn{{color:#b8860b}}
 </style></head><body>
 <h1>xmtp-push status</h1>
-<p>Generated {generated} UTC; refreshes every 15 s.</p>
-<h2>Deliveries per minute, last hour</h2>
-{chart}
-<p class="legend">{legend}</p>
+<p>Version {version}, up {uptime}. Generated {generated} UTC; refreshes every 15 s.</p>
+<h2>Channels</h2>
+{channels}
+<h2>Listener</h2>
+<p id="listener" class="{listener_class}">{listener}</p>
+<h2>Delivered per minute, last hour</h2>
+{delivered}
+<p class="legend">{delivered_legend}</p>
+<h2>Failures per minute, last hour</h2>
+{failures}
+<p class="legend">{failures_legend}</p>
+<h2>Attempt latency, last hour (mean per minute)</h2>
+{latency}
+<p class="legend">{latency_legend}</p>
+<h2>Backlog, last hour</h2>
+{backlog}
+<p class="legend">{backlog_legend}</p>
 <h2>Outcomes, last hour</h2>
 {outcomes}
 <h2>Queues</h2>
 {queues}
-<h2>Listener</h2>
-<p>{listener}</p>
 <h2>Recipients</h2>
 {recipients}
 </body></html>
 """
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def _table(header: list[str], rows: Iterable[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _per_minute(stats: Stats) -> dict[str, dict[int, int]]:
-    """Attempts that ended (any outcome but suppressed) per channel and minute."""
-    series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for item in stats.minutes:
-        if item.outcome != "suppressed":
-            series[item.channel][item.minute] += item.count
+def _per_minute(items: Iterable[MinuteCount], key: str) -> dict[str, dict[int, float]]:
+    """Per-minute values by `key` ("channel" or "outcome")."""
+    series: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for item in items:
+        series[getattr(item, key)][item.minute] += item.count
     return series
 
 
-def _chart(stats: Stats) -> str:
-    end = int(stats.generated) // 60 * 60
-    minutes = [end - 60 * (59 - i) for i in range(60)]
-    series = _per_minute(stats)
-    peak = max([1, *(n for points in series.values() for n in points.values())])
-    step = (WIDTH - 2 * PAD) / (len(minutes) - 1)
-    lines = []
-    for channel, points in sorted(series.items()):
-        coords = " ".join(
-            f"{PAD + i * step:.1f},{HEIGHT - PAD - points.get(m, 0) / peak * (HEIGHT - 2 * PAD):.1f}"
-            for i, m in enumerate(minutes)
-        )
-        color = COLORS.get(channel, "#555")
-        lines.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
-    axes = (
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" stroke="#999"/>'
-        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}" stroke="#999"/>'
-        f'<text x="{PAD}" y="{PAD - 8}" font-size="12">{peak}/min</text>'
-        f'<text x="{PAD}" y="{HEIGHT - 10}" font-size="12">-60 min</text>'
-        f'<text x="{WIDTH - PAD - 24}" y="{HEIGHT - 10}" font-size="12">now</text>'
-    )
-    return f'<svg role="img" aria-label="deliveries per minute" width="{WIDTH}" height="{HEIGHT}">{axes}{"".join(lines)}</svg>'
+def _signal(stats: Stats, name: str) -> dict[str, dict[int, float]]:
+    return _per_minute((m for m in stats.series if m.outcome == name), "channel")
 
 
-def render(stats: Stats) -> str:
-    outcomes = sorted({o for counts in stats.outcomes.values() for o in counts})
-    outcome_rows = [[c, *(str(counts.get(o, 0)) for o in outcomes)] for c, counts in stats.outcomes.items()]
-    queues = (
-        _table(
-            ["queue", "depth"],
-            [[k, str(v)] for k, v in stats.queue_depths.items()]
-            + [["retries waiting", str(stats.retries_waiting)]],
+def _latency(stats: Stats) -> dict[str, dict[int, float]]:
+    attempts, total_ms = _signal(stats, "attempts"), _signal(stats, "attempt_ms")
+    return {
+        channel: {m: total_ms[channel].get(m, 0) / n for m, n in counts.items() if n}
+        for channel, counts in attempts.items()
+    }
+
+
+def _health(channel: str, stats: Stats, configured: set[str]) -> tuple[str, str]:
+    """A channel's health in words, and its class on the page."""
+    if channel not in configured:
+        return "not configured", "off"
+    refused = stats.credentials_refused.get(channel, 0)
+    if refused:
+        return f"credentials refused ({refused} in the last hour)", "bad"
+    counts = stats.outcomes.get(channel, {})
+    ended = sum(n for o, n in counts.items() if o != "suppressed")
+    failed = sum(counts.get(o, 0) for o in ("failed", "rejected"))
+    if ended and failed / ended > FAILING_RATIO:
+        return f"failing ({failed} of {ended} failed or rejected)", "bad"
+    return "ok", "ok"
+
+
+def _channels(stats: Stats, configured: set[str]) -> str:
+    rows = []
+    for channel in CHANNEL_LABELS:
+        health, css = _health(channel, stats, configured)
+        counts = stats.outcomes.get(channel, {})
+        failures = sum(counts.get(o, 0) for o in FAILURES)
+        rows.append(
+            f'<tr><td>{channel}</td><td class="{css}">{html.escape(health)}</td>'
+            f"<td>{counts.get('delivered', 0)}</td><td>{failures}</td></tr>"
         )
-        if stats.queue_depths is not None
-        else "<p>No queue configured.</p>"
-    )
-    listener = (
-        f"lag {stats.listener.lag_seconds:.1f} s, reported {time.time() - stats.listener.updated:.0f} s ago"
-        if stats.listener
-        else "not running or not reporting"
-    )
+    head = "<tr><th>channel</th><th>health</th><th>delivered, last hour</th><th>failures, last hour</th></tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _listener(stats: Stats) -> tuple[str, str]:
+    state = stats.listener
+    if state is None:
+        return "not configured: no listener has reported (run `xmtp-push listen`)", "off"
+    age = stats.generated - state.updated
+    if age > LISTENER_STALE_SECONDS:
+        return f"not reporting for {age:.0f} s (last seen {state.state.replace('_', ' ')})", "bad"
+    if state.state == "live":
+        lag = f"live, lag {state.lag_seconds:.1f} s, {state.lag_envelopes} envelopes past the stored cursor"
+        return lag, "ok"
+    return f"{state.state.replace('_', ' ')} (lag {state.lag_seconds:.1f} s)", "warn"
+
+
+def _duration(seconds: float) -> str:
+    minutes, _ = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h {minutes} min" if days else f"{hours} h {minutes} min"
+
+
+def _queues(stats: Stats) -> str:
+    if stats.queue_depths is None:
+        return "<p>No queue configured.</p>"
+    rows = [[k, str(v)] for k, v in stats.queue_depths.items()]
+    return _table(["queue", "depth"], [*rows, ["retries waiting", str(stats.retries_waiting)]])
+
+
+def _outcomes(stats: Stats) -> str:
+    names = sorted({o for counts in stats.outcomes.values() for o in counts})
+    rows = [[c, *(str(counts.get(o, 0)) for o in names)] for c, counts in stats.outcomes.items()]
+    return _table(["channel", *names], rows) if rows else "<p>No deliveries in the last hour.</p>"
+
+
+def render(stats: Stats, configured: set[str]) -> str:
+    minutes = last_hour(stats.generated)
+    delivered = _per_minute((m for m in stats.minutes if m.outcome == "delivered"), "channel")
+    failures = _per_minute((m for m in stats.minutes if m.outcome in FAILURES), "outcome")
+    latency, backlog = _latency(stats), _signal(stats, "backlog")
+    listener, listener_class = _listener(stats)
     return PAGE.format(
+        version=html.escape(__version__),
+        uptime=_duration(time.time() - STARTED),
         generated=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stats.generated)),
-        chart=_chart(stats),
-        legend="".join(f'<span style="color:{COLORS[c]}">&#9632; {c}</span>' for c in COLORS),
-        outcomes=_table(["channel", *outcomes], outcome_rows)
-        if outcome_rows
-        else "<p>No deliveries in the last hour.</p>",
-        queues=queues,
+        channels=_channels(stats, configured),
         listener=html.escape(listener),
+        listener_class=listener_class,
+        delivered=stacked_bars("delivered per minute", minutes, delivered, COLORS, "/min"),
+        delivered_legend=legend(COLORS, list(COLORS)),
+        failures=stacked_bars("failures per minute", minutes, failures, FAILURE_COLORS, "/min"),
+        failures_legend=legend(FAILURE_COLORS, list(FAILURE_COLORS)),
+        latency=lines("mean attempt latency", minutes, latency, COLORS, " ms"),
+        latency_legend=legend(COLORS, list(latency)),
+        backlog=lines("backlog", minutes, backlog, QUEUE_COLORS, ""),
+        backlog_legend=legend(QUEUE_COLORS, list(backlog)),
+        outcomes=_outcomes(stats),
+        queues=_queues(stats),
         recipients=_table(["channel", "recipients"], [[c, str(n)] for c, n in stats.recipients.items()])
         + f"<p>{stats.subscriptions} subscriptions.</p>",
     )
 
 
-@router.get("/status", response_class=HTMLResponse, summary="Status page: deliveries, queues, listener lag")
+@router.get(
+    "/status",
+    response_class=HTMLResponse,
+    summary="Status page: deliveries and failures, latency, backlog, channels, listener",
+)
 async def status(request: Request) -> HTMLResponse:
-    return HTMLResponse(render(await collect_stats(request.app.state.runtime)))
+    runtime = request.app.state.runtime
+    configured = {provider.channel for provider in runtime.providers}
+    return HTMLResponse(render(await collect_stats(runtime), configured))

@@ -81,6 +81,8 @@ class Outcome:
     # replace it (a failure: the device needs only the latest). Not so for a push deferred only
     # because its host was busy: every one of those goes.
     replaceable: bool = True
+    # The provider refused the credentials (not the push): the channel's key needs fixing.
+    credentials_refused: bool = False
 
 
 DELIVERED = Outcome(OutcomeKind.DELIVERED)

@@ -99,6 +99,7 @@ def run_stats(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         document = asdict(stats)
         document.pop("minutes")
+        document.pop("series")
         print(json.dumps(document, indent=2, sort_keys=True))
     else:
         print(format_stats(stats))

@@ -7,13 +7,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from app.ops import repository
-from app.queue.activity import ListenerState, MinuteCount
+from app.queue.activity import CREDENTIALS_REFUSED, SIGNALS, ListenerState, MinuteCount
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.types import Channel
 from app.runtime import Runtime
 
 HOUR = 3600
 CHANNELS = tuple(c for c in Channel if c is not Channel.UNSPECIFIED)
+CHANNEL_LABELS = tuple(c.label for c in CHANNELS)
+# Final outcomes that are not a delivery (suppressed is neither: nothing was sent).
+FAILURES = ("failed", "rejected", "mismatch", "dead")
 
 
 @dataclass(slots=True)
@@ -23,9 +26,13 @@ class Stats:
     queue_depths: dict[str, int] | None  # None without a queue
     retries_waiting: int | None
     outcomes: dict[str, dict[str, int]]  # channel -> outcome -> count, last hour
-    minutes: list[MinuteCount] = field(default_factory=list)  # per-minute detail, last hour
+    minutes: list[MinuteCount] = field(default_factory=list)  # per-minute outcomes, last hour
     listener: ListenerState | None = None
     generated: float = 0.0
+    # Per minute, last hour: attempts and their milliseconds, credential refusals (per channel), and
+    # the backlog (per queue); see app/queue/activity.py.
+    series: list[MinuteCount] = field(default_factory=list)
+    credentials_refused: dict[str, int] = field(default_factory=dict)  # by channel, last hour
 
 
 async def collect_stats(runtime: Runtime) -> Stats:
@@ -33,7 +40,9 @@ async def collect_stats(runtime: Runtime) -> Stats:
         by_channel = await repository.recipients_by_channel(session)
         subscriptions = await repository.subscription_count(session)
     now = time.time()
-    minutes = await runtime.activity.since(now - HOUR, now) if runtime.activity else []
+    recorded = await runtime.activity.since(now - HOUR, now) if runtime.activity else []
+    minutes = [m for m in recorded if m.outcome not in SIGNALS]
+    series = [m for m in recorded if m.outcome in SIGNALS]
     listener = await runtime.activity.listener() if runtime.activity else None
     depths, retries = await _queue_depths(runtime)
     return Stats(
@@ -45,6 +54,8 @@ async def collect_stats(runtime: Runtime) -> Stats:
         minutes=minutes,
         listener=listener,
         generated=now,
+        series=series,
+        credentials_refused=_refusals(series),
     )
 
 
@@ -54,6 +65,14 @@ async def _queue_depths(runtime: Runtime) -> tuple[dict[str, int] | None, int | 
         return None, None
     streams = [ENVELOPES, *(delivery_stream(c.label) for c in CHANNELS)]
     return {stream: await queue.depth(stream) for stream in streams}, await queue.delayed_count()
+
+
+def _refusals(series: list[MinuteCount]) -> dict[str, int]:
+    refused: Counter[str] = Counter()
+    for item in series:
+        if item.outcome == CREDENTIALS_REFUSED:
+            refused[item.channel] += item.count
+    return dict(sorted(refused.items()))
 
 
 def _totals(minutes: list[MinuteCount]) -> dict[str, dict[str, int]]:

@@ -20,6 +20,15 @@ PREFIX = "xmtp-push:activity:"
 LISTENER_KEY = "xmtp-push:listener"
 
 Tally = Mapping[tuple[str, str], int]  # (channel, outcome) -> count
+# Besides outcomes, a tally may count these per channel: attempts made, their milliseconds in all,
+# and answers refusing the credentials; the backlog is sampled per queue as "backlog".
+ATTEMPTS, ATTEMPT_MS, CREDENTIALS_REFUSED, BACKLOG = (
+    "attempts",
+    "attempt_ms",
+    "credentials_refused",
+    "backlog",
+)
+SIGNALS = frozenset({ATTEMPTS, ATTEMPT_MS, CREDENTIALS_REFUSED, BACKLOG})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,9 @@ class ListenerState:
 
 class ActivityLog(Protocol):
     async def record(self, tally: Tally, now: float) -> None: ...
+
+    async def record_backlog(self, depths: Mapping[str, int], now: float) -> None:
+        """The minute's backlog per queue (the latest sample of the minute)."""
 
     async def since(self, since: float, now: float) -> list[MinuteCount]: ...
 
@@ -69,6 +81,11 @@ class MemoryActivityLog:
         for minute in [m for m in self._buckets if m < now - KEEP_SECONDS]:
             del self._buckets[minute]
 
+    async def record_backlog(self, depths: Mapping[str, int], now: float) -> None:
+        bucket = self._buckets.setdefault(_minute(now), Counter())
+        for queue, depth in depths.items():
+            bucket[(queue, BACKLOG)] = depth
+
     async def since(self, since: float, now: float) -> list[MinuteCount]:
         return [
             MinuteCount(minute, channel, outcome, count)
@@ -94,6 +111,13 @@ class RedisActivityLog:
         async with self._redis.pipeline(transaction=False) as pipe:
             for (channel, outcome), count in tally.items():
                 pipe.hincrby(key, f"{channel}|{outcome}", count)
+            pipe.expire(key, KEEP_SECONDS)
+            await pipe.execute()
+
+    async def record_backlog(self, depths: Mapping[str, int], now: float) -> None:
+        key = f"{PREFIX}{_minute(now)}"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping={f"{queue}|{BACKLOG}": depth for queue, depth in depths.items()})
             pipe.expire(key, KEEP_SECONDS)
             await pipe.execute()
 

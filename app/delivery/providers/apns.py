@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from dataclasses import replace
 from typing import Any
 
 import jwt
@@ -128,8 +129,8 @@ class ApnsProvider:
             return TRANSIENT
         if status == CREDENTIALS_REFUSED:
             self._health.refused()
-        else:
-            self._health.accepted()
+            return replace(outcome_for(status, reason), credentials_refused=True)
+        self._health.accepted()
         return outcome_for(status, reason)
 
     def sample_gauges(self) -> None:

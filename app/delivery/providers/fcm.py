@@ -21,6 +21,7 @@ import hashlib
 import json
 import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import firebase_admin
@@ -61,6 +62,7 @@ CODE_OUTCOMES: dict[str, Outcome] = {
     exceptions.UNKNOWN: TRANSIENT,  # transport errors with no response
 }
 TRANSIENT_STATUSES = {500, 503}
+TOKEN_REFUSED = replace(TRANSIENT, credentials_refused=True)
 # Answers that refuse the project's credentials rather than the message: the access token or the
 # service account (401, 403), or the APNs credentials the project holds for iOS devices.
 CREDENTIAL_ERRORS: tuple[type[Exception], ...] = (
@@ -198,7 +200,9 @@ class FcmProvider:
             return REJECTED
         try:
             await self._ensure_access_token()
-        except Exception:  # token endpoint down, slow or refusing: try again later
+        except google_auth_exceptions.RefreshError:  # the account refused: try again later, and tell
+            return TOKEN_REFUSED
+        except Exception:  # token endpoint down or slow: try again later
             return TRANSIENT
         try:
             batch = await self._service.send_each_async([message], dry_run=False)
@@ -213,7 +217,8 @@ class FcmProvider:
         """The outcome of an answer, noting whether it took the credentials."""
         if isinstance(error, CREDENTIAL_ERRORS):
             self._health.refused()
-        elif error is None or _status(error) is not None:
+            return replace(outcome_for_error(error), credentials_refused=True)
+        if error is None or _status(error) is not None:
             self._health.accepted()
         return DELIVERED if error is None else outcome_for_error(error)
 
