@@ -386,7 +386,8 @@ def test_an_unknown_toml_key_is_warned_about_with_the_nearest_key(
 
 
 def test_known_names_give_no_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_config(tmp_path, "max_attempts = 3\n", monkeypatch)
+    write_config(tmp_path, "max_attempts = 3\nHTTP_ENABLED = true\n", monkeypatch)  # keys are case-blind too
+    assert load_settings().http_enabled
     monkeypatch.setenv("XMTP_PUSH_HTTP_PORT", "9000")
     monkeypatch.setenv("xmtp_push_grpc_port", "9001")  # names are case-insensitive
     assert unknown_setting_warnings() == []

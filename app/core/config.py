@@ -192,7 +192,7 @@ def _describe(exc: ValidationError) -> str:
 def _source_name(field: str) -> str:
     """Where a bad value came from: the environment variable (which wins) or the TOML file's key."""
     variable = ENV_PREFIX + field.upper()
-    if variable not in _environment() and field in _toml_keys():
+    if variable not in _environment() and field in {key.lower() for key in _toml_keys()}:
         return f"{field} (in the {ENV_PREFIX}CONFIG file)"
     return variable
 
@@ -228,8 +228,8 @@ def unknown_setting_warnings() -> list[str]:
             nearest = _nearest(name.removeprefix(ENV_PREFIX).lower(), fields)
             hint = f" (did you mean {ENV_PREFIX}{nearest.upper()}?)" if nearest else ""
             warnings.append(f"{name} is not a setting and is ignored{hint}")
-    for key in sorted(_toml_keys() - set(fields)):
-        nearest = _nearest(key, fields)
+    for key in sorted(key for key in _toml_keys() if key.lower() not in fields):  # as case-blind as pydantic
+        nearest = _nearest(key.lower(), fields)
         hint = f" (did you mean {nearest}?)" if nearest else ""
         warnings.append(f"{key} (in the {ENV_PREFIX}CONFIG file) is not a setting and is ignored{hint}")
     return warnings
