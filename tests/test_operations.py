@@ -27,6 +27,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.core.config import Settings
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.recipients.models import Recipient
@@ -140,6 +141,13 @@ def test_compose_file_passes_every_setting_of_the_env_file(tmp_path: Path) -> No
     assert len(built) == 5, sorted(built)
     for name, service in built.items():
         assert settings.items() <= service["environment"].items(), name
+
+
+def test_env_example_names_only_settings() -> None:
+    names = re.findall(r"^#? ?(XMTP_PUSH_[A-Z0-9_]+)=", ENV_EXAMPLE.read_text(), re.MULTILINE)
+    assert len(names) > 10, names
+    unknown = [name for name in names if name.removeprefix("XMTP_PUSH_").lower() not in Settings.model_fields]
+    assert not unknown, unknown
 
 
 def test_compose_file_refuses_to_start_without_a_database_password(tmp_path: Path) -> None:
