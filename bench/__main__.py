@@ -1,11 +1,12 @@
 """`python -m bench`: the end-to-end benchmarks in sequence, each on a fresh database, and a report.
 
-    python -m bench [--quick] [--only NAME,...] [--out DIR]
+    python -m bench [--quick] [--only NAME,...] [--out DIR] [NAME ...]
 
 Runs registration, subscriber_plan, the pipeline's throughput scenario (memory mode, redis with 1 and with 2
 workers), its fanout scenario (redis, 100,000 subscribers) and latency scenario (redis, 1000 hints/s for
-30 s), then channels (APNs, FCM). Each is its own `python -m bench.<script>` process writing its numbers
-with `--json`; the whole output of each goes to DIR/logs/, its numbers to DIR/data/. Writes DIR/report.md
+30 s), then channels (APNs, FCM) and marmot (triggers through a relay, 1 and 10 tokens each; alone:
+`python -m bench marmot`). Each is its own `python -m bench.<script>` process writing its numbers with
+`--json`; the whole output of each goes to DIR/logs/, its numbers to DIR/data/. Writes DIR/report.md
 (the machine, one table per benchmark with the command that reproduces it) and DIR/throughput-latency.png.
 Progress goes to stderr. `--quick` runs small sizes and short durations: a smoke run of a few minutes.
 """
@@ -40,6 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes and short durations (smoke run)")
     names = ", ".join(s.name if s.default else f"{s.name} (not by default)" for s in STEPS)
     parser.add_argument("--only", metavar="NAME,...", help=f"run only these, comma-separated: {names}")
+    parser.add_argument("names", nargs="*", metavar="NAME", help="the same as --only NAME,...")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "report", help="report folder (default bench/report/)"
     )
@@ -85,6 +87,8 @@ def run_all(args: argparse.Namespace, steps: list[Step], out: Path) -> list[Step
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.names:
+        args.only = ",".join([*([args.only] if args.only else []), *args.names])
     steps = select(args.only)
     if args.list:
         for step in steps:

@@ -131,6 +131,13 @@ STEPS: tuple[Step, ...] = (
         ),
     ),
     Step(
+        "marmot",
+        "bench.marmot",
+        "Marmot triggers through a local relay to the APNs and FCM fakes vs a bare unwrap-and-decrypt loop",
+        (),
+        ("--triggers", "300"),
+    ),
+    Step(
         "listener_decode",
         "bench.listener_decode",
         "Listener decode, dedupe and enqueue on one core (no database; only with --only)",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,3 +116,18 @@ async def running(settings: Settings, *, clear: bool = True) -> AsyncIterator[Ap
                 )
             finally:
                 await channel.close()
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0, what: str = ""
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.02)

@@ -16,7 +16,7 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,14 +31,15 @@ from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.models import Recipient
 from app.runtime import Runtime, open_runtime
-from app.testing.fake_apns import FakeApns, TlsFiles, make_tls_files
+from app.testing.fake_apns import FakeApns, TlsFiles
 from app.testing.fake_apns import Reply as ApnsReply
 from app.testing.fake_fcm import FakeFcm
 from app.testing.fake_fcm import Reply as FcmReply
 from app.testing.keys import service_account
 from app.testing.webhook_receiver import Receiver
 from tests.pipeline_support import exclusive_redis_db
-from tests.support import clear_tables, make_settings
+from tests.remote_ends import apns_server, fcm_server, tls  # noqa: F401  (fixtures)
+from tests.support import clear_tables, eventually, make_settings
 from workers.server import running_api
 
 REDIS_URL = "redis://127.0.0.1:6379/7"
@@ -56,23 +57,6 @@ def b64(data: bytes) -> str:
 
 
 # --------------------------------------------------------------------------- remote ends
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("e2e-apns-tls"))
-
-
-@pytest.fixture(scope="module")
-def apns_server(tls: TlsFiles) -> Iterator[FakeApns]:
-    with FakeApns(tls) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def fcm_server() -> Iterator[FakeFcm]:
-    with FakeFcm() as fake:
-        yield fake
 
 
 @pytest.fixture
@@ -165,21 +149,6 @@ class Pipeline:
             raise AssertionError("the workers stopped") from (
                 None if self.workers.cancelled() else self.workers.exception()
             )
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0, what: str = ""
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

@@ -25,6 +25,11 @@ COMMANDS = {
     "migrate": "apply database migrations (alembic upgrade head)",
 }
 
+MARMOT_HELP = (
+    "the Marmot notification server: gift-wrapped Nostr triggers from XMTP_PUSH_MARMOT_RELAYS to silent "
+    "APNs and FCM pushes (needs XMTP_PUSH_MARMOT_SECRET_KEY)"
+)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xmtp-push", description="Push notification backend for XMTP.")
@@ -35,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         commands.add_parser(name, help=help_text, description=help_text)
+    marmot = commands.add_parser("marmot", help=MARMOT_HELP, description=MARMOT_HELP)
+    marmot.add_argument(
+        "--show-pubkey",
+        action="store_true",
+        help="print the server's public key (64 hex characters, then npub1...) and exit",
+    )
     from app.ops.commands import add_parsers
 
     add_parsers(commands)
@@ -89,8 +100,40 @@ def _listen(settings: Settings) -> None:
 def _dev(settings: Settings) -> None:
     from workers.server import serve_dev
 
+    if settings.marmot_configured:
+        _marmot_key(settings)
+        if not settings.marmot_relays:
+            _refuse("XMTP_PUSH_MARMOT_RELAYS: required when XMTP_PUSH_MARMOT_SECRET_KEY is set")
     _migrate(settings)
     run_loop(settings, serve_dev(settings))
+
+
+def _marmot_key(settings: Settings) -> Any:
+    """The configured Marmot key, or a refusal naming the setting (never its value)."""
+    from app.marmot.keys import InvalidServerKey, ServerKey
+
+    if not settings.marmot_configured:
+        _refuse("XMTP_PUSH_MARMOT_SECRET_KEY: required by `marmot`")
+    assert settings.marmot_secret_key is not None
+    try:
+        return ServerKey.parse(settings.marmot_secret_key.get_secret_value())
+    except InvalidServerKey as error:
+        _refuse(f"XMTP_PUSH_MARMOT_SECRET_KEY: {error}")
+
+
+def _marmot(settings: Settings, args: argparse.Namespace) -> None:
+    key = _marmot_key(settings)
+    if args.show_pubkey:
+        print(key.public_hex)
+        print(key.npub)
+        return
+    from workers.server import serve_marmot
+
+    if not settings.marmot_relays:
+        _refuse("XMTP_PUSH_MARMOT_RELAYS: required by `marmot`")
+    if not (settings.apns_configured or settings.fcm_configured):
+        _refuse("`marmot` needs APNs or FCM configured (XMTP_PUSH_APNS_* or XMTP_PUSH_FCM_SERVICE_ACCOUNT)")
+    run_loop(settings, serve_marmot(settings))
 
 
 def run_loop(settings: Settings, main: Coroutine[Any, Any, None]) -> None:
@@ -163,13 +206,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             settings = settings.model_copy(update={"log_level": "DEBUG"})
         configure_logging(settings.log_level)
-        if args.command in SERVING or args.command == "send-test":
+        serving = args.command in SERVING or (args.command == "marmot" and not args.show_pubkey)
+        if serving or args.command == "send-test":
             from app.delivery.registry import default_apps
 
             default_apps(settings)  # a configured channel's unusable credential stops start-up
     except SettingsError as error:
         print(f"xmtp-push: {error}", file=sys.stderr)
         return 2
+    if args.command == "marmot":
+        _marmot(settings, args)
+        return 0
     if args.command not in RUNNERS:
         return _operator_command(settings, args)
     RUNNERS[args.command](settings)

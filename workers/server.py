@@ -19,15 +19,20 @@ from app.api.health import create_probe_app
 from app.api.main import create_app
 from app.core.collector import settle_after_start_up
 from app.core.config import Settings
+from app.core.probes import Probes
+from app.delivery.registry import ProviderRegistry, default_apps
 from app.runtime import Runtime, open_runtime
 from workers.http_protocol import header_bound_protocol
 from workers.listener import run_listener
+from workers.marmot import open_marmot
 from workers.runner import run_workers
 from workers.sweeper import run_sweeper
 
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 10
 # A background job runs until `stop` is set, then finishes what it holds.
+# Marmot wakes apps through APNs and FCM only.
+MARMOT_CHANNELS = ("apns", "fcm")
 BackgroundJob = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
 
 
@@ -178,6 +183,8 @@ async def serve_dev(settings: Settings) -> None:
     jobs: list[BackgroundJob] = [run_workers]
     if settings.xmtpd_address:
         jobs.append(run_listener)
+    if settings.marmot_configured:
+        jobs.append(run_marmot)
     await serve_api(settings, jobs, in_process_queue=True)
 
 
@@ -204,6 +211,43 @@ async def serve_worker(settings: Settings) -> None:
         log.info("worker started")
         await run_workers(runtime, stop)
         log.info("worker stopped")
+
+
+async def run_marmot(runtime: Runtime, stop: asyncio.Event) -> None:
+    """The Marmot server as a background job of `dev`, sending through the runtime's providers."""
+    async with open_marmot(runtime.settings, runtime.providers) as server:
+        log.info("Marmot server: %d relay(s)", len(runtime.settings.marmot_relays))
+        await server.run(stop)
+
+
+async def serve_marmot(settings: Settings) -> None:
+    """`xmtp-push marmot`: the relay connections, and /healthz, /readyz, /metrics on the HTTP port."""
+    stop = _stop_on_signals()
+    apps = [app for app in default_apps(settings) if app.channel in MARMOT_CHANNELS]
+    providers = ProviderRegistry.build(apps, settings.http_timeout_seconds)
+    try:
+        async with open_marmot(settings, providers) as server:
+            probes = Probes(checks={"relays": server.relays_ready, "push": server.can_push})
+            app = create_probe_app(probes)
+            async with running_http(app, settings, settings.http_port, "HTTP") as http:
+                settle_after_start_up(settings.gc_young_threshold)
+                log.info(
+                    "Marmot server: %d relay(s), http=%s",
+                    len(settings.marmot_relays),
+                    host_port(settings.http_host, http.port),
+                )
+                relays = asyncio.create_task(server.run(stop))
+                await _first_of(_until_done(relays, http.task), stop.wait())
+                log.info("stopping")
+                stop.set()
+                await relays
+    finally:
+        await providers.close()
+
+
+async def _until_done(*tasks: asyncio.Task[None]) -> None:
+    """Returns when any of `tasks` ends (a server that stopped on its own)."""
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
 
 
 async def _first_of(*awaitables: Awaitable[object]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -24,6 +24,9 @@ ENV_PREFIX = "XMTP_PUSH_"
 # Every request in and every request out is bounded by this (SDKs give up at 30 s).
 MAX_CALL_SECONDS = 30.0
 MALFORMED_URL = "not a well-formed URL (check the host, the port and that special characters are %-escaped)"
+# Relays send nothing while no trigger comes; we ping every half of this, so a minute notices a
+# dead connection (a half-open TCP link, a relay that stopped answering) within two missed pings.
+MARMOT_RELAY_WATCHDOG_SECONDS = 60.0
 
 
 class SettingsError(Exception):
@@ -98,6 +101,22 @@ class Settings(BaseSettings):
     xmtpd_keepalive_timeout_seconds: float = Field(90.0, gt=0)
     xmtpd_catchup_max_age_seconds: float = Field(600.0, ge=0)
 
+    # The Marmot notification server (`xmtp-push marmot`): its Nostr key (64 hex characters, nsec1...,
+    # or a path to a file holding either; read by app.marmot.keys) and the relays it listens on.
+    marmot_secret_key: SecretStr | None = None
+    marmot_relays: Annotated[tuple[str, ...], NoDecode] = ()
+    # Transponder's tiers: gift wraps taken in (before unwrapping), per encrypted chunk, per device.
+    marmot_global_per_minute: int = Field(600, ge=1)
+    marmot_global_per_hour: int = Field(30_000, ge=1)
+    marmot_chunk_per_minute: int = Field(240, ge=1)
+    marmot_chunk_per_hour: int = Field(5_000, ge=1)
+    marmot_device_per_minute: int = Field(240, ge=1)
+    marmot_device_per_hour: int = Field(5_000, ge=1)
+    marmot_max_concurrent: int = Field(64, ge=1, le=4096)  # triggers processed at once
+    marmot_dedup_seconds: float = Field(300.0, ge=1, le=86_400)
+    # A relay connection silent this long (our pings unanswered included) is closed and reopened.
+    marmot_relay_watchdog_seconds: float = Field(MARMOT_RELAY_WATCHDOG_SECONDS, ge=1, le=3600)
+
     @field_validator("http_allowed_domains", mode="before")
     @classmethod
     def _split_domains(cls, value: Any) -> Any:
@@ -106,6 +125,18 @@ class Settings(BaseSettings):
         if isinstance(value, list | tuple):
             return tuple(str(part).strip().lower() for part in value if str(part).strip())
         return value
+
+    @field_validator("marmot_relays", mode="before")
+    @classmethod
+    def _split_relays(cls, value: Any) -> Any:
+        parts = value.split(",") if isinstance(value, str) else value
+        if not isinstance(parts, list | tuple):
+            return value
+        relays = dict.fromkeys(str(part).strip() for part in parts if str(part).strip())
+        for relay in relays:
+            if not _is_relay_url(relay):
+                raise ValueError("each relay must be a ws:// or wss:// URL with a host")
+        return tuple(relays)
 
     @field_validator("database_url")
     @classmethod
@@ -154,6 +185,10 @@ class Settings(BaseSettings):
         return bool(self.fcm_service_account)
 
     @property
+    def marmot_configured(self) -> bool:
+        return self.marmot_secret_key is not None and bool(self.marmot_secret_key.get_secret_value())
+
+    @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
 
@@ -165,6 +200,15 @@ def _check_url_shape(value: str) -> None:
         urlsplit(value).port  # noqa: B018 - reading it validates it
     except ValueError:
         raise ValueError(MALFORMED_URL) from None
+
+
+def _is_relay_url(text: str) -> bool:
+    try:
+        _check_url_shape(text)
+    except ValueError:
+        return False
+    parsed = urlsplit(text)
+    return parsed.scheme in ("ws", "wss") and bool(parsed.hostname) and not any(c.isspace() for c in text)
 
 
 def load_settings(**overrides: Any) -> Settings:

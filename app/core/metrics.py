@@ -86,3 +86,12 @@ fcm_token_refreshes_total = Counter(
 
 build_info = Gauge("xmtp_push_build_info", "The running version (always 1)", ["version"])
 build_info.labels(__version__).set(1)
+
+# Marmot notification server. result: accepted | duplicate | backlog | invalid | rate_limited
+marmot_triggers_total = Counter("xmtp_push_marmot_triggers", "Gift-wrapped triggers by result", ["result"])
+# platform: apns | fcm | unknown (a chunk refused before decryption);
+# outcome: delivered | failed | dead | invalid | rate_limited
+marmot_tokens_total = Counter(
+    "xmtp_push_marmot_tokens", "Encrypted token chunks by platform and outcome", ["platform", "outcome"]
+)
+marmot_relays_connected = Gauge("xmtp_push_marmot_relays_connected", "Relays with an open connection")

@@ -1,0 +1,115 @@
+"""One live gift wrap, from admission to its pushes, in the spec's order and cheap checks first.
+
+1. A wrap already unwrapped (the same event from another relay) is a duplicate: no work at all.
+2. The global budget is charged, once per gift wrap, before unwrapping.
+3. Unwrap (app.marmot.unwrap): signatures, both NIP-44 layers, the rumor's kind, tags and content form.
+4. A content already acted on (SHA-256 of the decoded content, never the outer event id) is a
+   duplicate, in memory or in Redis.
+5. Each distinct chunk: its own limit (SHA-256 of the chunk) before its ECDH, then decryption (a chunk
+   that fails is padding or corrupt: skipped), then the device's limit (SHA-256 of platform byte and
+   token), then one push. A chunk repeated inside the trigger is sent once.
+
+Nothing about a trigger is stored or logged; the outcomes are counted in metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.core import metrics
+from app.core.config import Settings
+from app.delivery.registry import ProviderRegistry
+from app.marmot.admission import Dedup, RateLimiter, RecentDigests, Tier
+from app.marmot.dispatch import channel_of, dispatch
+from app.marmot.keys import ServerKey
+from app.marmot.tokens import TokenError, decrypt_token, token_bytes
+from app.marmot.unwrap import Refused, split_chunks, unwrap_trigger
+
+
+class TriggerResult(enum.Enum):
+    ACCEPTED = "accepted"  # unwrapped and admitted
+    DUPLICATE = "duplicate"
+    BACKLOG = "backlog"  # stored before the subscription's EOSE: not pushed
+    INVALID = "invalid"
+    RATE_LIMITED = "rate_limited"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    global_: Tier
+    chunk: Tier
+    device: Tier
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            Tier(settings.marmot_global_per_minute, settings.marmot_global_per_hour),
+            Tier(settings.marmot_chunk_per_minute, settings.marmot_chunk_per_hour),
+            Tier(settings.marmot_device_per_minute, settings.marmot_device_per_hour),
+        )
+
+
+def count_trigger(result: TriggerResult) -> None:
+    metrics.marmot_triggers_total.labels(result.value).inc()
+
+
+def _count_token(platform: str, outcome: str) -> None:
+    metrics.marmot_tokens_total.labels(platform, outcome).inc()
+
+
+class TriggerHandler:
+    """Handles gift wraps for one server key; shared by every relay connection of the process."""
+
+    def __init__(self, key: ServerKey, providers: ProviderRegistry, dedup: Dedup, limits: Limits) -> None:
+        self._key, self._providers, self._dedup = key, providers, dedup
+        self._global = RateLimiter(limits.global_)
+        self._chunks = RateLimiter(limits.chunk)
+        self._devices = RateLimiter(limits.device)
+        # Ids of gift wraps that unwrapped: the same event from a second relay costs nothing.
+        self._unwrapped = RecentDigests(600.0)
+
+    async def handle(self, event: Mapping[str, Any]) -> TriggerResult:
+        result = await self._admit(event)
+        count_trigger(result)
+        return result
+
+    async def _admit(self, event: Mapping[str, Any]) -> TriggerResult:
+        wrap_id = str(event.get("id")).encode()
+        if self._unwrapped.contains(wrap_id):
+            return TriggerResult.DUPLICATE
+        if not self._global.charge():
+            return TriggerResult.RATE_LIMITED
+        try:
+            content = unwrap_trigger(event, self._key)
+        except Refused:
+            return TriggerResult.INVALID
+        self._unwrapped.add(wrap_id)
+        if not await self._dedup.first_time(hashlib.sha256(content).digest()):
+            return TriggerResult.DUPLICATE
+        await self._send_chunks(content)
+        return TriggerResult.ACCEPTED
+
+    async def _send_chunks(self, content: bytes) -> None:
+        sends = [self._send_chunk(chunk) for chunk in dict.fromkeys(split_chunks(content))]
+        await asyncio.gather(*sends)
+
+    async def _send_chunk(self, chunk: bytes) -> None:
+        if not self._chunks.charge(hashlib.sha256(chunk).digest()):
+            _count_token("unknown", "rate_limited")
+            return
+        try:
+            token = decrypt_token(self._key.secret, chunk)
+        except TokenError:
+            _count_token("unknown", "invalid")
+            return
+        platform = channel_of(token)
+        device = bytes([token.platform]) + token_bytes(token.platform, token.token)
+        if not self._devices.charge(hashlib.sha256(device).digest()):
+            _count_token(platform, "rate_limited")
+            return
+        _count_token(platform, await dispatch(self._providers, token))

@@ -1,0 +1,199 @@
+"""The Marmot tests' outside world: a real Nostr relay on loopback (rust-nostr's LocalRelay, through the
+nostr-sdk bindings), senders that gift-wrap triggers with nostr-sdk, and a TCP proxy that can go silent.
+
+Only the relay and the senders are someone else's code; the token layer inside a trigger is ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import aiohttp
+import nostr_sdk as nostr
+import pytest
+from prometheus_client import REGISTRY
+
+from app.testing.fake_apns import FakeApns
+from app.testing.fake_fcm import FakeFcm
+from tests.remote_ends import apns_server, fcm_server, tls  # noqa: F401  (fixtures, re-exported)
+
+MARMOT_TAGS = (("v", "marmot-push-v1"),)
+
+
+class Relay:
+    """A LocalRelay on 127.0.0.1; `stop` and `start` again keep its port (and lose its events)."""
+
+    def __init__(self, *, auth_dm: bool = False) -> None:
+        self.auth_dm = auth_dm
+        self.port: int | None = None
+        self._relay: nostr.LocalRelay | None = None
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    async def start(self) -> Relay:
+        builder = nostr.LocalRelayBuilder().addr("127.0.0.1")
+        if self.port is not None:
+            builder = builder.port(self.port)
+        if self.auth_dm:  # NIP-42: gift wraps go only to the authenticated key they are addressed to
+            builder = builder.auth_dm(True)
+        self._relay = builder.build()
+        await self._relay.run()
+        self.port = int(str(await self._relay.url()).rsplit(":", 1)[1])
+        return self
+
+    def stop(self) -> None:
+        if self._relay is not None:
+            self._relay.shutdown()
+            self._relay = None
+
+    async def publish(self, event: nostr.Event) -> None:
+        """Publish through nostr-sdk's client, waiting for the relay's OK."""
+        client = nostr.Client()
+        try:
+            await client.add_relay(nostr.RelayUrl.parse(self.url))
+            await client.connect()
+            output = await client.send_event(event)
+            assert output.success, f"the relay refused the event: {output.failed}"
+        finally:
+            await client.shutdown()
+
+    async def publish_json(self, event: dict[str, Any]) -> None:
+        await self.publish(nostr.Event.from_json(json.dumps(event)))
+
+    async def query(self, filter_: dict[str, Any], timeout: float = 5.0) -> list[dict[str, Any]]:
+        """The stored events matching one filter, read over a plain websocket."""
+        events = []
+        async with aiohttp.ClientSession() as http, http.ws_connect(self.url) as ws:
+            await ws.send_str(json.dumps(["REQ", "q", filter_]))
+            async with asyncio.timeout(timeout):
+                async for message in ws:
+                    body = json.loads(message.data)
+                    if body[0] == "EVENT":
+                        events.append(body[2])
+                    elif body[0] in ("EOSE", "CLOSED"):
+                        break
+        return events
+
+
+@contextlib.asynccontextmanager
+async def running_relay(*, auth_dm: bool = False) -> AsyncIterator[Relay]:
+    relay = await Relay(auth_dm=auth_dm).start()
+    try:
+        yield relay
+    finally:
+        relay.stop()
+
+
+def gift_wrap(
+    server_pubkey_hex: str,
+    content: str,
+    *,
+    kind: int = 446,
+    tags: Sequence[Sequence[str]] = MARMOT_TAGS,
+) -> nostr.Event:
+    """A trigger as a Marmot sender makes one: a rumor from a fresh key, sealed and gift-wrapped
+    (NIP-59) to the server by nostr-sdk."""
+    sender = nostr.Keys.generate()
+    rumor = (
+        nostr.EventBuilder(nostr.Kind(kind), content)
+        .tags([nostr.Tag.parse(list(tag)) for tag in tags])
+        .finalize_unsigned(sender.public_key())
+    )
+    return nostr.nip59_make_gift_wrap(sender, nostr.PublicKey.parse(server_pubkey_hex), rumor)
+
+
+def event_dict(event: nostr.Event) -> dict[str, Any]:
+    return dict(json.loads(event.as_json()))
+
+
+class SilentProxy:
+    """A TCP proxy on 127.0.0.1 in front of a relay; `silence()` stops forwarding in both directions
+    while keeping every connection open (a relay that hangs, or a half-open link)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.connections = 0
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def silent(self) -> bool:
+        return not self._flowing.is_set()
+
+    @silent.setter
+    def silent(self, value: bool) -> None:
+        if value:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+
+    async def __aenter__(self) -> SilentProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        pumps = [
+            asyncio.create_task(self._pump(reader, upstream_writer)),
+            asyncio.create_task(self._pump(upstream_reader, writer)),
+        ]
+        self._tasks.update(pumps)
+        await asyncio.gather(*pumps, return_exceptions=True)
+        for stream in (writer, upstream_writer):
+            stream.close()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            await self._flowing.wait()
+            writer.write(data)
+            await writer.drain()
+
+
+def b64(content: bytes) -> str:
+    return base64.b64encode(content).decode("ascii")
+
+
+def sample(name: str, labels: dict[str, str] | None = None) -> float:
+    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+
+def triggers(result: str) -> float:
+    return sample("xmtp_push_marmot_triggers_total", {"result": result})
+
+
+def tokens(platform: str, outcome: str) -> float:
+    return sample("xmtp_push_marmot_tokens_total", {"platform": platform, "outcome": outcome})
+
+
+# --------------------------------------------------------------------------- APNs and FCM fakes
+
+
+@pytest.fixture
+def fakes(apns_server: FakeApns, fcm_server: FakeFcm) -> Iterator[tuple[FakeApns, FakeFcm]]:
+    apns_server.reset()
+    fcm_server.reset()
+    yield apns_server, fcm_server
+    assert apns_server.failures == []

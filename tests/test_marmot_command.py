@@ -1,0 +1,213 @@
+"""`xmtp-push marmot` as a real subprocess: `--show-pubkey`, and start-up refusals."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import signal
+from pathlib import Path
+
+import httpx
+import nostr_sdk as nostr
+import pytest
+
+from app.marmot import secp
+from app.marmot.keys import ServerKey
+from app.marmot.tokens import Platform, encrypt_token
+from app.testing import keys as app_keys
+from app.testing.fake_apns import FakeApns
+from app.testing.fake_fcm import FakeFcm
+from tests.marmot_support import (  # noqa: F401  (fixtures)
+    Relay,
+    apns_server,
+    b64,
+    fakes,
+    fcm_server,
+    gift_wrap,
+    running_relay,
+    tls,
+)
+from tests.support import eventually
+from tests.test_cli import clean_env, dev_env, free_port, run, started, stop, wait_healthy
+
+KEY = "XMTP_PUSH_MARMOT_SECRET_KEY"
+
+
+def expected_lines(secret_hex: str) -> list[str]:
+    """What nostr-sdk says the key's public forms are."""
+    keys = nostr.Keys.parse(secret_hex)
+    return [keys.public_key().to_hex(), keys.public_key().to_bech32()]
+
+
+@pytest.mark.parametrize("form", ["hex", "nsec", "file"])
+def test_show_pubkey_prints_hex_and_npub_and_needs_only_the_key(form: str, tmp_path: Path) -> None:
+    secret = secrets.token_bytes(32).hex()
+    value = {
+        "hex": secret,
+        "nsec": nostr.Keys.parse(secret).secret_key().to_bech32(),
+        "file": str(tmp_path / "marmot.key"),
+    }[form]
+    (tmp_path / "marmot.key").write_text(secret + "\n")
+    result = run(["marmot", "--show-pubkey"], clean_env(**{KEY: value}), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == expected_lines(secret)
+    assert result.stdout.endswith("\n") and result.stdout.count("\n") == 2
+    assert secret not in result.stderr
+
+
+def test_without_the_key_marmot_refuses_naming_the_setting(tmp_path: Path) -> None:
+    result = run(["marmot", "--show-pubkey"], clean_env(), tmp_path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert KEY in result.stderr
+
+
+@pytest.mark.parametrize("value", ["zz" * 32, "nsec1qqqqqq", "00" * 32, "ff" * 32])
+def test_a_bad_key_is_refused_without_echoing_it(value: str, tmp_path: Path) -> None:
+    result = run(["marmot", "--show-pubkey"], clean_env(**{KEY: value}), tmp_path)
+    assert result.returncode == 2
+    assert KEY in result.stderr
+    assert value not in result.stderr and value not in result.stdout
+
+
+def test_the_key_is_hidden_from_the_settings_repr() -> None:
+    from app.core.config import Settings
+
+    secret = secrets.token_bytes(32).hex()
+    settings = Settings(marmot_secret_key=secret)
+    assert secret not in repr(settings) and secret not in str(settings)
+    assert settings.marmot_secret_key is not None
+    assert settings.marmot_secret_key.get_secret_value() == secret
+
+
+def test_marmot_defaults_are_the_spec_tiers() -> None:
+    from app.core.config import MARMOT_RELAY_WATCHDOG_SECONDS, Settings
+
+    settings = Settings()
+    assert (settings.marmot_global_per_minute, settings.marmot_global_per_hour) == (600, 30_000)
+    assert (settings.marmot_chunk_per_minute, settings.marmot_chunk_per_hour) == (240, 5_000)
+    assert (settings.marmot_device_per_minute, settings.marmot_device_per_hour) == (240, 5_000)
+    assert settings.marmot_max_concurrent == 64
+    assert settings.marmot_dedup_seconds == 300
+    assert settings.marmot_relay_watchdog_seconds == MARMOT_RELAY_WATCHDOG_SECONDS == 60
+    assert settings.marmot_relays == ()
+    assert not settings.marmot_configured
+    relays = Settings(marmot_relays=" wss://a.example , ws://127.0.0.1:7000,wss://a.example")
+    assert relays.marmot_relays == ("wss://a.example", "ws://127.0.0.1:7000")
+
+
+# --------------------------------------------------------------------------- serving
+
+
+def marmot_env(
+    key: ServerKey, relay_url: str, http_port: int, apns: FakeApns, fcm: FakeFcm
+) -> dict[str, str]:
+    return {
+        KEY: key.secret.hex(),
+        "XMTP_PUSH_MARMOT_RELAYS": relay_url,
+        "XMTP_PUSH_HTTP_HOST": "127.0.0.1",
+        "XMTP_PUSH_HTTP_PORT": str(http_port),
+        "XMTP_PUSH_APNS_KEY": app_keys.apns_key_pem(),
+        "XMTP_PUSH_APNS_KEY_ID": "KEYID12345",
+        "XMTP_PUSH_APNS_TEAM_ID": "TEAMID1234",
+        "XMTP_PUSH_APNS_BUNDLE_ID": "org.example.app",
+        "XMTP_PUSH_APNS_ENDPOINT": apns.endpoint,
+        "XMTP_PUSH_APNS_CA_FILE": apns.tls.ca_file,
+        "XMTP_PUSH_FCM_SERVICE_ACCOUNT": app_keys.service_account(token_uri=fcm.token_uri),
+        "XMTP_PUSH_FCM_ENDPOINT": fcm.endpoint,
+    }
+
+
+async def ready(http_port: int, timeout: float = 20.0) -> None:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as http:
+
+        async def answers() -> bool:
+            return (await http.get("/readyz")).status_code == 200
+
+        await eventually(answers, timeout, "/readyz 200")
+
+
+async def trigger(relay: Relay, key: ServerKey, token: str) -> None:
+    await relay.publish(gift_wrap(key.public_hex, b64(encrypt_token(key.public_x, Platform.APNS, token))))
+
+
+async def delivered_once_subscribed(relay: Relay, key: ServerKey, apns: FakeApns) -> None:
+    """Triggers sent before the server subscribes are never seen (the filter asks for none stored):
+    send one after another until one arrives."""
+    for attempt in range(60):
+        await trigger(relay, key, f"{attempt:02x}" * 32)
+        with contextlib.suppress(AssertionError):
+            await apns.wait_for(1, timeout=0.5)
+            return
+    raise AssertionError("no trigger reached APNs")
+
+
+async def test_marmot_serves_readiness_metrics_and_triggers_then_stops_cleanly(
+    tmp_path: Path, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    apns, fcm = fakes
+    key, http_port = ServerKey(secp.fresh_secret()), free_port()
+    async with running_relay() as relay:
+        env = clean_env(**marmot_env(key, relay.url, http_port, apns, fcm))
+        with started(["marmot"], env, tmp_path) as process:
+            wait_healthy(process, http_port)
+            await ready(http_port)
+            await trigger(relay, key, "ab" * 32)
+            (request,) = await apns.wait_for(1)
+            assert request.token == "ab" * 32
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as http:
+                text = (await http.get("/metrics")).text
+            assert 'xmtp_push_marmot_triggers_total{result="accepted"} 1.0' in text
+            assert 'xmtp_push_marmot_tokens_total{outcome="delivered",platform="apns"} 1.0' in text
+            assert "xmtp_push_marmot_relays_connected 1.0" in text
+            code, out, err = stop(process, signal.SIGTERM)
+    assert code == 0, err
+    assert "ab" * 32 not in out + err and key.secret.hex() not in out + err and relay.url not in out + err
+
+
+async def test_readyz_is_503_while_no_relay_is_subscribed(
+    tmp_path: Path, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    apns, fcm = fakes
+    key, http_port = ServerKey(secp.fresh_secret()), free_port()
+    nowhere = f"ws://127.0.0.1:{free_port()}"
+    with started(
+        ["marmot"], clean_env(**marmot_env(key, nowhere, http_port, apns, fcm)), tmp_path
+    ) as process:
+        wait_healthy(process, http_port)
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"http://127.0.0.1:{http_port}/readyz", timeout=5)
+        assert response.status_code == 503
+        assert response.json() == {"status": "unavailable", "checks": {"relays": "unavailable", "push": "ok"}}
+        code, _, err = stop(process, signal.SIGINT)
+    assert code == 0, err
+
+
+def test_marmot_refuses_to_start_without_relays_or_a_push_channel(tmp_path: Path) -> None:
+    key = secp.fresh_secret().hex()
+    no_relays = run(["marmot"], clean_env(**{KEY: key}), tmp_path)
+    assert no_relays.returncode == 2 and "XMTP_PUSH_MARMOT_RELAYS" in no_relays.stderr
+    no_channel = run(
+        ["marmot"], clean_env(**{KEY: key, "XMTP_PUSH_MARMOT_RELAYS": "ws://127.0.0.1:9"}), tmp_path
+    )
+    assert no_channel.returncode == 2 and "APNs or FCM" in no_channel.stderr
+
+
+def test_dev_with_a_marmot_key_needs_relays(tmp_path: Path) -> None:
+    env = dev_env(tmp_path, free_port(), free_port(), **{KEY: secp.fresh_secret().hex()})
+    result = run(["dev"], env, tmp_path)
+    assert result.returncode == 2 and "XMTP_PUSH_MARMOT_RELAYS" in result.stderr
+
+
+async def test_dev_runs_the_marmot_server_when_its_key_is_set(
+    tmp_path: Path, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    apns, fcm = fakes
+    key, http_port, grpc_port = ServerKey(secp.fresh_secret()), free_port(), free_port()
+    async with running_relay() as relay:
+        marmot = marmot_env(key, relay.url, http_port, apns, fcm)
+        with started(["dev"], dev_env(tmp_path, http_port, grpc_port, **marmot), tmp_path) as process:
+            wait_healthy(process, http_port)
+            await delivered_once_subscribed(relay, key, apns)
+            code, _, err = stop(process, signal.SIGTERM)
+    assert code == 0, err

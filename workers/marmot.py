@@ -1,0 +1,203 @@
+"""The Marmot notification server's long-running part: one connection per relay, each reopened with
+backoff and jitter when it drops, goes silent past the watchdog, or is closed by the relay; live gift
+wraps handed to the trigger handler, at most MARMOT_MAX_CONCURRENT at once.
+
+The protocol (what to send, how to answer) is app/marmot/relay_session.py; this module owns the sockets.
+Relays are named in logs by their position in MARMOT_RELAYS, never by URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import aiohttp
+from redis.asyncio import Redis
+
+from app.core import metrics
+from app.core.config import Settings
+from app.delivery.registry import ProviderRegistry
+from app.marmot.admission import Dedup
+from app.marmot.keys import ServerKey
+from app.marmot.relay_session import RelaySession
+from app.marmot.triggers import Limits, TriggerHandler
+
+log = logging.getLogger("workers.marmot")
+
+# A 32-chunk trigger makes a gift wrap of about 120 KiB; nothing a relay sends us should be larger.
+MAX_FRAME_BYTES = 256 * 1024
+# The opening handshake (TCP, TLS, HTTP upgrade) is given up after this.
+HANDSHAKE_SECONDS = 15.0
+BACKOFF_FIRST_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 60.0
+# In-flight triggers are given this long to finish their pushes on the way out.
+STOP_GRACE_SECONDS = 10.0
+CONNECTION_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+class TriggerSink(Protocol):
+    async def handle(self, event: dict[str, Any]) -> object: ...
+
+
+class Backoff:
+    """Doubling delays with jitter (each between half and all of the current step), reset once a
+    connection is subscribed again."""
+
+    def __init__(self, first: float = BACKOFF_FIRST_SECONDS, limit: float = BACKOFF_MAX_SECONDS) -> None:
+        self._first, self._limit, self._step = first, limit, first
+
+    def next(self) -> float:
+        step, self._step = self._step, min(self._limit, self._step * 2)
+        return random.uniform(step / 2, step)
+
+    def reset(self) -> None:
+        self._step = self._first
+
+
+class MarmotServer:
+    """The relay connections of one server key and the triggers they bring in."""
+
+    def __init__(
+        self, settings: Settings, key: ServerKey, providers: ProviderRegistry, handler: TriggerSink
+    ) -> None:
+        self._settings, self._key, self._providers = settings, key, providers
+        self._relays = settings.marmot_relays
+        self.handler = handler
+        self._slots = asyncio.Semaphore(settings.marmot_max_concurrent)
+        self._in_flight: set[asyncio.Task[object]] = set()
+        self.connected: set[int] = set()
+        self.subscribed: set[int] = set()
+
+    async def relays_ready(self) -> bool:
+        """At least one relay connected and subscribed (readiness)."""
+        return bool(self.subscribed)
+
+    async def can_push(self) -> bool:
+        """At least one of APNs and FCM configured (readiness)."""
+        return self._providers.get("apns") is not None or self._providers.get("fcm") is not None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve every relay until `stop` is set; then let in-flight triggers finish (bounded)."""
+        watchdog = self._settings.marmot_relay_watchdog_seconds
+        timeout = aiohttp.ClientTimeout(total=None, connect=HANDSHAKE_SECONDS, sock_connect=HANDSHAKE_SECONDS)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            loops = [
+                asyncio.create_task(self._relay_loop(http, number, url, watchdog))
+                for number, url in enumerate(self._relays, 1)
+            ]
+            try:
+                await stop.wait()
+            finally:
+                for loop in loops:
+                    loop.cancel()
+                await asyncio.gather(*loops, return_exceptions=True)
+                await self._finish_in_flight()
+
+    async def _relay_loop(self, http: aiohttp.ClientSession, number: int, url: str, watchdog: float) -> None:
+        backoff = Backoff()
+        while True:
+            try:
+                await self._connection(http, number, url, watchdog, backoff)
+            except CONNECTION_ERRORS as error:
+                log.info("relay %d: connection lost or refused (%s)", number, type(error).__name__)
+            except Exception as error:  # a bug: this relay is tried again all the same
+                log.error("relay %d: connection failed (%s)", number, type(error).__name__)
+            await asyncio.sleep(backoff.next())
+
+    async def _connection(
+        self, http: aiohttp.ClientSession, number: int, url: str, watchdog: float, backoff: Backoff
+    ) -> None:
+        session = RelaySession(url, self._key, self._relays)
+        async with (
+            asyncio.timeout(HANDSHAKE_SECONDS) as handshake,
+            http.ws_connect(
+                url,
+                heartbeat=watchdog / 2,  # a ping unanswered for a quarter of the watchdog closes it
+                timeout=aiohttp.ClientWSTimeout(ws_receive=watchdog, ws_close=5.0),
+                max_msg_size=MAX_FRAME_BYTES,
+                autoping=True,
+            ) as ws,
+            self._connected(number),
+        ):
+            handshake.reschedule(None)
+            for frame in session.opening():
+                await ws.send_str(frame)
+            async for message in ws:
+                if message.type is not aiohttp.WSMsgType.TEXT:
+                    continue
+                if not await self._react(ws, session, number, message.data, backoff):
+                    return
+        log.info("relay %d: connection closed", number)
+
+    async def _react(self, ws: Any, session: RelaySession, number: int, text: str, backoff: Backoff) -> bool:
+        """Answer one message; False when the connection should be given up."""
+        reaction = session.receive(text)
+        for frame in reaction.send:
+            await ws.send_str(frame)
+        if reaction.notice:
+            log.info("relay %d: %s", number, reaction.notice)
+        self._note_subscription(number, session.live, backoff)
+        if reaction.backlog:
+            metrics.marmot_triggers_total.labels("backlog").inc()
+        if reaction.trigger is not None:
+            await self._submit(reaction.trigger)
+        return not reaction.reconnect
+
+    def _note_subscription(self, number: int, live: bool, backoff: Backoff) -> None:
+        if live and number not in self.subscribed:
+            self.subscribed.add(number)
+            backoff.reset()
+            log.info("relay %d: subscribed", number)
+        elif not live:
+            self.subscribed.discard(number)
+
+    @contextlib.asynccontextmanager
+    async def _connected(self, number: int) -> AsyncIterator[None]:
+        self.connected.add(number)
+        metrics.marmot_relays_connected.inc()
+        try:
+            yield
+        finally:
+            self.connected.discard(number)
+            self.subscribed.discard(number)
+            metrics.marmot_relays_connected.dec()
+
+    async def _submit(self, event: dict[str, Any]) -> None:
+        """Hand a trigger over once a slot is free: the relay's reader waits meanwhile (backpressure)."""
+        await self._slots.acquire()
+        task = asyncio.create_task(self.handler.handle(event))
+        self._in_flight.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[object]) -> None:
+        self._in_flight.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a trigger failed: %s", type(task.exception()).__name__)
+
+    async def _finish_in_flight(self) -> None:
+        if not self._in_flight:
+            return
+        _, late = await asyncio.wait(set(self._in_flight), timeout=STOP_GRACE_SECONDS)
+        for task in late:
+            task.cancel()
+
+
+@contextlib.asynccontextmanager
+async def open_marmot(settings: Settings, providers: ProviderRegistry) -> AsyncIterator[MarmotServer]:
+    """The server of the configured key, with its duplicate memory (in Redis when configured)."""
+    if settings.marmot_secret_key is None:
+        raise ValueError("XMTP_PUSH_MARMOT_SECRET_KEY is not set")
+    key = ServerKey.parse(settings.marmot_secret_key.get_secret_value())
+    redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
+    try:
+        dedup = Dedup(settings.marmot_dedup_seconds, redis)
+        handler = TriggerHandler(key, providers, dedup, Limits.from_settings(settings))
+        yield MarmotServer(settings, key, providers, handler)
+    finally:
+        if redis is not None:
+            await redis.aclose()
