@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,20 @@ import yaml
 from prometheus_client import REGISTRY
 
 import app.core.metrics  # noqa: F401  (registers every metric we export)
-from tests.ops_support import ROOT, child_env, compose_config, example_env, required_tool, run_child
+from tests import pipeline_support
+from tests.ops_support import (
+    ROOT,
+    channel_env,
+    child_env,
+    compose_config,
+    example_env,
+    free_port,
+    required_tool,
+    run_child,
+)
+from tests.process_support import child, wait_answering
+
+redis_url = pipeline_support.redis_url
 
 DEPLOY = ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"
@@ -174,3 +188,28 @@ def test_the_monitoring_profile_mounts_the_deploy_files(tmp_path: Path) -> None:
         v.split(":")[1] if isinstance(v, str) else v["target"] for v in services["prometheus"]["volumes"]
     }
     assert {"/etc/prometheus/prometheus.yml", "/etc/prometheus/alerts.yml"} <= mounted
+
+
+async def test_the_workers_and_the_listener_are_checked_on_their_metrics_port(
+    tmp_path: Path, postgresql_url: str, redis_url: str
+) -> None:
+    code, config, output = await asyncio.to_thread(compose_config, tmp_path, example_env())
+    assert code == 0, output
+    checks = {
+        name: s["healthcheck"]["test"]
+        for name, s in config["services"].items()
+        if s.get("command") in (["worker"], ["listen"])
+    }
+    assert set(checks) == {"worker-1", "worker-2", "listener"}
+    [check] = {tuple(test) for test in checks.values()}
+    assert check[:3] == ("CMD", "python", "-c"), check
+    # The check as the container runs it, against a worker that is ready and one that is not.
+    ready = channel_env(postgresql_url, redis_url=redis_url, metrics_port="0")
+    unready = channel_env(postgresql_url, redis_url=f"redis://127.0.0.1:{free_port()}/0", metrics_port="0")
+    for env, healthy in ((ready, True), (unready, False)):
+        async with child("worker", ["worker"], env) as worker:
+            port = await worker.probe_port()
+            await wait_answering(f"http://127.0.0.1:{port}/healthz")
+            result = await run_child([sys.executable, "-c", check[3]], child_env(metrics_port=str(port)))
+            assert (result.returncode == 0) is healthy, result
+            assert await worker.stop() == 0, worker.output()
