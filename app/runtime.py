@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.core.config import Settings
+from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.database import create_engine, create_session_factory
 from app.core.probes import Check, Probes
-from app.delivery.registry import ProviderRegistry, default_apps
+from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
+from app.matrix.config import GatewayConfig, load_gateway_config
+from app.matrix.duplicates import DeliveredMemory, ProcessMemory, RedisMemory
+from app.matrix.service import Gateway
 from app.queue.activity import ActivityLog, MemoryActivityLog, RedisActivityLog
 from app.queue.backlog import sample_backlog
 from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
@@ -23,6 +27,8 @@ from app.recipients.types import Channel
 
 # Every stream of the queue: envelopes to fan out, then one per XMTP channel.
 STREAMS = (ENVELOPES, *(delivery_stream(c.label) for c in Channel if c is not Channel.UNSPECIFIED))
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,8 @@ class Runtime:
     activity: ActivityLog | None = None
     # Every configured (channel, app): empty in a process that sends nothing.
     providers: ProviderRegistry = field(default_factory=ProviderRegistry)
+    # The Matrix push gateway, when XMTP_PUSH_MATRIX_APPS names its apps.
+    matrix: Gateway | None = None
 
     async def queue_ready(self) -> bool:
         return self.queue is None or await self.queue.ping()
@@ -83,27 +91,86 @@ def _open_queue(settings: Settings, in_process_queue: bool) -> tuple[WorkQueue |
     return None, None
 
 
+def load_matrix_apps(settings: Settings) -> GatewayConfig | None:
+    """The gateway's apps, credentials loaded, its warnings said; SettingsError when unusable."""
+    if not settings.matrix_apps:
+        return None
+    config = load_gateway_config(settings.matrix_apps)
+    for warning in config.warnings:
+        log.warning("%s", warning)
+    return config
+
+
+def _build_providers(
+    settings: Settings, defaults: list[ChannelApp], matrix: GatewayConfig | None
+) -> ProviderRegistry:
+    """Every provider of the process: the flat settings' apps, and each gateway app's own (bounded
+    by the gateway's request time)."""
+    providers = list(ProviderRegistry.build(defaults, settings.http_timeout_seconds))
+    if matrix is not None:
+        timeout = settings.matrix_request_timeout_seconds
+        providers += ProviderRegistry.build(matrix.apps.channel_apps(), timeout)
+    return ProviderRegistry(providers)
+
+
+@asynccontextmanager
+async def open_gateway(
+    settings: Settings, config: GatewayConfig, providers: ProviderRegistry
+) -> AsyncIterator[Gateway]:
+    """The gateway over its providers, with its memory of deliveries (Redis when configured)."""
+    memory: DeliveredMemory = (
+        RedisMemory.from_url(settings.redis_url) if settings.redis_url else ProcessMemory()
+    )
+    try:
+        yield Gateway(config.apps, providers, memory, settings.matrix_request_timeout_seconds)
+    finally:
+        await memory.close()
+
+
+@asynccontextmanager
+async def open_gateway_alone(settings: Settings) -> AsyncIterator[Gateway]:
+    """`xmtp-push gateway`: the gateway's providers and memory, and no database or queue."""
+    config = load_matrix_apps(settings)
+    if config is None:
+        raise SettingsError(f"{ENV_PREFIX}MATRIX_APPS: required by `gateway`")
+    providers = _build_providers(settings, [], config)
+    try:
+        async with open_gateway(settings, config, providers) as gateway:
+            yield gateway
+    finally:
+        await providers.close()
+
+
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, *, in_process_queue: bool = False, sends: bool = True
+    settings: Settings, *, in_process_queue: bool = False, sends: bool = True, gateway: bool = False
 ) -> AsyncIterator[Runtime]:
-    """The process's long-lived parts; `sends`: with the providers of every configured channel."""
+    """The process's long-lived parts; `sends`: with the providers of every configured channel;
+    `gateway`: with the Matrix gateway too, when XMTP_PUSH_MATRIX_APPS is set (HTTP processes)."""
     engine = create_engine(settings)
     queue, activity = _open_queue(settings, in_process_queue)
     providers = ProviderRegistry()
     try:
-        if sends:
-            providers = ProviderRegistry.build(default_apps(settings), settings.http_timeout_seconds)
-        yield Runtime(
-            settings=settings,
-            engine=engine,
-            sessions=create_session_factory(engine),
-            reads=create_session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
-            rules=RecipientRules.from_settings(settings),
-            queue=queue,
-            activity=activity,
-            providers=providers,
-        )
+        async with AsyncExitStack() as stack:
+            matrix_gateway = None
+            if sends:
+                matrix = load_matrix_apps(settings) if gateway else None
+                providers = _build_providers(settings, default_apps(settings), matrix)
+                if matrix is not None:
+                    matrix_gateway = await stack.enter_async_context(
+                        open_gateway(settings, matrix, providers)
+                    )
+            yield Runtime(
+                settings=settings,
+                engine=engine,
+                sessions=create_session_factory(engine),
+                reads=create_session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
+                rules=RecipientRules.from_settings(settings),
+                queue=queue,
+                activity=activity,
+                providers=providers,
+                matrix=matrix_gateway,
+            )
     finally:
         await providers.close()
         if queue is not None:

@@ -98,8 +98,8 @@ class Api:
 
 
 @asynccontextmanager
-async def running(settings: Settings, *, clear: bool = True) -> AsyncIterator[Api]:
-    async with open_runtime(settings) as runtime, running_api(runtime) as servers:
+async def running(settings: Settings, *, clear: bool = True, gateway: bool = False) -> AsyncIterator[Api]:
+    async with open_runtime(settings, gateway=gateway) as runtime, running_api(runtime) as servers:
         if clear:
             await clear_tables(runtime)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{servers.grpc_port}")

@@ -3,8 +3,8 @@
 The package layers themselves are checked by `lint-imports` in `make lint` ([tool.importlinter] in
 pyproject.toml). This checks the words: a provider that mentions topics, sequence ids, recipients
 or hints has started to know where its pushes come from. APNs's own header `apns-topic` (the
-app's bundle id), Apple's reason `DeviceTokenNotForTopic` and Web Push's replacement header (named
-`Topic` by RFC 8030) are the channels' vocabulary.
+app's bundle id), Apple's reasons `DeviceTokenNotForTopic` and `TopicDisallowed` and Web Push's
+replacement header (named `Topic` by RFC 8030) are the channels' vocabulary.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from pathlib import Path
 
 DELIVERY_CORE = Path(__file__).resolve().parents[1] / "app" / "delivery"
 SOURCE_WORDS = re.compile(r"topic|sequence|recipient|hint", re.IGNORECASE)
-CHANNEL_WORDS = re.compile(r'apns[-_ ]topic|DeviceTokenNotForTopic|COLLAPSE_HEADER = "topic"', re.IGNORECASE)
+CHANNEL_WORDS = re.compile(
+    r'apns[-_ ]topic|DeviceTokenNotForTopic|TopicDisallowed|COLLAPSE_HEADER = "topic"', re.IGNORECASE
+)
 
 
 def source_words(text: str) -> list[str]:

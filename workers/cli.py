@@ -23,6 +23,7 @@ COMMANDS = {
         "XMTP_PUSH_REDIS_URL)"
     ),
     "migrate": "apply database migrations (alembic upgrade head)",
+    "gateway": "the Matrix push gateway alone (needs XMTP_PUSH_MATRIX_APPS; no database)",
 }
 
 MARMOT_HELP = (
@@ -97,6 +98,14 @@ def _listen(settings: Settings) -> None:
     run_loop(settings, serve_listener(settings))
 
 
+def _gateway(settings: Settings) -> None:
+    from workers.server import serve_gateway
+
+    if not settings.matrix_apps:
+        _refuse("XMTP_PUSH_MATRIX_APPS: required by `gateway`")
+    run_loop(settings, serve_gateway(settings))
+
+
 def _dev(settings: Settings) -> None:
     from workers.server import serve_dev
 
@@ -162,8 +171,17 @@ def _refuse(message: str) -> None:
     raise SystemExit(2)
 
 
-RUNNERS = {"dev": _dev, "api": _api, "worker": _worker, "listen": _listen, "migrate": _migrate}
+RUNNERS = {
+    "dev": _dev,
+    "api": _api,
+    "worker": _worker,
+    "listen": _listen,
+    "migrate": _migrate,
+    "gateway": _gateway,
+}
 SERVING = {"dev", "api", "worker", "listen"}
+# Commands that serve the Matrix gateway when XMTP_PUSH_MATRIX_APPS is set.
+MATRIX_SERVING = {"dev", "api", "gateway"}
 
 
 def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -211,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             from app.delivery.registry import default_apps
 
             default_apps(settings)  # a configured channel's unusable credential stops start-up
+        if args.command in MATRIX_SERVING and settings.matrix_apps:
+            from app.matrix.config import load_gateway_config
+
+            load_gateway_config(settings.matrix_apps)  # so does a bad gateway app
     except SettingsError as error:
         print(f"xmtp-push: {error}", file=sys.stderr)
         return 2

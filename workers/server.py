@@ -16,12 +16,13 @@ import uvicorn
 
 from app.api.grpc_server import PortUnavailable, start_grpc_server
 from app.api.health import create_probe_app
-from app.api.main import create_app
+from app.api.main import create_app, create_gateway_app
 from app.core.collector import settle_after_start_up
 from app.core.config import Settings
 from app.core.probes import Probes
 from app.delivery.registry import ProviderRegistry, default_apps
-from app.runtime import Runtime, open_runtime
+from app.matrix.service import Gateway
+from app.runtime import Runtime, open_gateway_alone, open_runtime
 from workers.http_protocol import header_bound_protocol
 from workers.listener import run_listener
 from workers.marmot import open_marmot
@@ -116,6 +117,16 @@ async def running_api(runtime: Runtime) -> AsyncIterator[ApiServers]:
 
 
 @contextlib.asynccontextmanager
+async def running_gateway(settings: Settings) -> AsyncIterator[tuple[Gateway, HttpServer]]:
+    """The Matrix gateway alone over HTTP: its providers, memory and server."""
+    async with (
+        open_gateway_alone(settings) as gateway,
+        running_http(create_gateway_app(gateway), settings, settings.http_port, "HTTP") as http,
+    ):
+        yield gateway, http
+
+
+@contextlib.asynccontextmanager
 async def serving_probes(runtime: Runtime, *checks: str) -> AsyncIterator[int]:
     """/healthz, /readyz (by `checks`) and /metrics on the metrics port; yields the bound port."""
     app = create_probe_app(runtime.probes(*checks))
@@ -157,7 +168,7 @@ async def serve_api(
     stop = _stop_on_signals()
     # On the way out the API stops first (no new work), then the background jobs finish what they hold.
     async with (
-        open_runtime(settings, in_process_queue=in_process_queue) as runtime,
+        open_runtime(settings, in_process_queue=in_process_queue, gateway=True) as runtime,
         background(runtime, jobs, stop),
         running_api(runtime) as servers,
     ):
@@ -186,6 +197,16 @@ async def serve_dev(settings: Settings) -> None:
     if settings.marmot_configured:
         jobs.append(run_marmot)
     await serve_api(settings, jobs, in_process_queue=True)
+
+
+async def serve_gateway(settings: Settings) -> None:
+    """The Matrix gateway alone until SIGTERM or SIGINT: no database, queue or XMTP channel."""
+    stop = _stop_on_signals()
+    async with running_gateway(settings) as (_, http):
+        settle_after_start_up(settings.gc_young_threshold)
+        log.info("serving the Matrix push gateway on %s:%d", settings.http_host, http.port)
+        await _first_of(stop.wait(), http.task)
+        log.info("stopping")
 
 
 async def serve_listener(settings: Settings) -> None:

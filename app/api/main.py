@@ -6,7 +6,9 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
-from app.api import connect, health, ingest, status
+from app.api import connect, health, ingest, matrix, status
+from app.core.probes import Probes
+from app.matrix.service import Gateway
 from app.runtime import Runtime
 
 DOCS_STATIC = "/docs/static"
@@ -33,8 +35,27 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
     app.state.runtime = runtime
     if runtime is not None:
         app.state.probes = runtime.probes("database", "redis")
+    app.state.gateway = runtime.matrix if runtime is not None else None
     app.include_router(connect.router)
     app.include_router(ingest.router)
+    app.include_router(matrix.router)
     app.include_router(health.router)
     app.include_router(status.router)
+    return app
+
+
+GATEWAY_DESCRIPTION = (
+    "Matrix push gateway (the Push Gateway API, a drop-in for Sygnal): homeservers POST "
+    "notifications to `/_matrix/push/v1/notify`, sent through APNs and FCM."
+)
+
+
+def create_gateway_app(gateway: Gateway) -> FastAPI:
+    """`xmtp-push gateway`: the notify route with health and metrics, no database behind it."""
+    app = FastAPI(title="xmtp-push gateway", version=__version__, description=GATEWAY_DESCRIPTION)
+    app.state.runtime = None
+    app.state.gateway = gateway
+    app.state.probes = Probes({"providers": gateway.providers_ready})
+    app.include_router(matrix.router)
+    app.include_router(health.router)
     return app

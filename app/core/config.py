@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     queue_reclaim_seconds: float = Field(60.0, gt=0)
     dedup_ttl_seconds: int = Field(86_400, ge=60)
 
+    # The Matrix push gateway: a Sygnal-style YAML file of apps enables /_matrix/push/v1/notify.
+    matrix_apps: str | None = None
+    # Every notify request is answered within this, short retries included (homeservers time out).
+    matrix_request_timeout_seconds: float = Field(10.0, gt=0, le=MAX_CALL_SECONDS)
+
     xmtpd_address: str | None = None
     xmtpd_tls: bool = True
     xmtpd_keepalive_timeout_seconds: float = Field(90.0, gt=0)

@@ -95,3 +95,12 @@ marmot_tokens_total = Counter(
     "xmtp_push_marmot_tokens", "Encrypted token chunks by platform and outcome", ["platform", "outcome"]
 )
 marmot_relays_connected = Gauge("xmtp_push_marmot_relays_connected", "Relays with an open connection")
+
+# The Matrix push gateway. code: the HTTP status answered; app: the configured app id (operator
+# config; "none" when no app serves a device's app id); outcome: delivered | rejected | failed |
+# duplicate | limited.
+matrix_notifications_total = Counter("xmtp_push_matrix_notifications", "Notify requests by answer", ["code"])
+matrix_devices_total = Counter("xmtp_push_matrix_devices", "Notified devices by outcome", ["app", "outcome"])
+matrix_notify_seconds = Histogram(
+    "xmtp_push_matrix_notify_seconds", "Time to answer a notify request", buckets=DELIVERY_BUCKETS
+)

@@ -8,13 +8,16 @@ several apps load the same way. Errors name the setting and never include the cr
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from cryptography.x509.oid import NameOID
 from py_vapid import Vapid, VapidException
 
 from app.core.config import ENV_PREFIX, Settings, SettingsError
@@ -34,6 +37,8 @@ class ApnsCredentials:
     bundle_id: str
     endpoint: str
     ca_file: str | None
+    # Certificate auth: a PEM file holding the client certificate and its key (no provider token).
+    cert_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,34 @@ def load_apns(
     if ca_file and not Path(ca_file).is_file():
         raise SettingsError(f"{names['ca_file']}: file not found")
     return ApnsCredentials(pem, key_id, team_id, bundle_id, endpoint or APPLE_HOSTS[environment], ca_file)
+
+
+def load_apns_certificate(
+    cert_file: str,
+    apns_topic: str | None,
+    *,
+    environment: str = "production",
+    endpoint: str | None = None,
+    ca_file: str | None = None,
+    names: Mapping[str, str],
+) -> ApnsCredentials:
+    """An APNs certificate-auth app; its apns-topic defaults to the certificate's UID, as Apple
+    issues them. `names` maps "cert_file", "apns_topic" and "ca_file" to how the operator wrote them."""
+    try:
+        ssl.create_default_context().load_cert_chain(cert_file)
+        certificate = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
+    except (OSError, ValueError, ssl.SSLError):
+        raise SettingsError(
+            f"{names['cert_file']}: not a readable PEM certificate with its private key"
+        ) from None
+    if not apns_topic:
+        uids = certificate.subject.get_attributes_for_oid(NameOID.USER_ID)
+        apns_topic = str(uids[0].value) if uids else None
+    if not apns_topic:
+        raise SettingsError(f"{names['apns_topic']}: required (the certificate has no UID to take it from)")
+    if ca_file and not Path(ca_file).is_file():
+        raise SettingsError(f"{names['ca_file']}: file not found")
+    return ApnsCredentials("", "", "", apns_topic, endpoint or APPLE_HOSTS[environment], ca_file, cert_file)
 
 
 def load_fcm(service_account: str, *, endpoint: str = FCM_ENDPOINT, name: str) -> FcmCredentials:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class PushKind(enum.Enum):
@@ -30,6 +30,18 @@ class ApnsExtras:
 
     push_type: str | None = None  # apns-push-type; default: the push's kind
     apns_topic: str | None = None  # apns-topic; default: the app's bundle id
+
+
+@dataclass(frozen=True, slots=True)
+class FcmExtras:
+    """The v1 message beyond what a push's kind and priority imply."""
+
+    # Fields merged into the v1 message under ours (an operator's `fcm_options`: analytics
+    # labels, Android channel options...); where both set a field, ours wins.
+    fcm_options: Mapping[str, Any] | None = None
+    # The `apns` block for iOS apps on FCM (priority, push type, content-available); a source
+    # that sends data-only messages, as Sygnal does, leaves it out.
+    apns_block: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +68,7 @@ class Push(NamedTuple):
     # The same for every attempt at one push, so a receiver can drop repeats (webhook-id).
     message_id: str | None = None
     signing_key: bytes | None = None  # webhook: the receiver's Standard Webhooks key
-    extras: ApnsExtras | WebPushKeys | None = None
+    extras: ApnsExtras | FcmExtras | WebPushKeys | None = None
 
 
 class OutcomeKind(enum.Enum):

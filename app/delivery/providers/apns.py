@@ -56,6 +56,7 @@ OUTCOMES: dict[tuple[str, str | None], Outcome] = {
     ("410", None): DEAD,  # Unregistered, ExpiredToken
     ("400", "BadDeviceToken"): MISMATCH,
     ("400", "DeviceTokenNotForTopic"): MISMATCH,
+    ("400", "TopicDisallowed"): MISMATCH,  # the token's app may not be pushed with this apns-topic
     ("429", None): TRANSIENT,
     ("500", None): TRANSIENT,
     ("503", None): TRANSIENT,
@@ -112,7 +113,9 @@ class ApnsProvider:
         self.app = app
         self._health = ProviderHealth(self.channel, app)
         self._token_age = metrics.apns_token_age_seconds.labels(app)
-        self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
+        self._token: SharedToken | None = None
+        if credentials.cert_file is None:
+            self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
         self._pool = EndpointPool(credentials, self._token, max_connections, self._health.connected)
         self._timeout = timeout_seconds
 
@@ -120,10 +123,11 @@ class ApnsProvider:
         request = apns_request(push)
         if request is None:
             return REJECTED
-        presented = self._token.get_header()  # what this attempt sends, unless renewed meanwhile
+        token = self._token
+        presented = token.get_header() if token else ""  # what this attempt sends, unless renewed meanwhile
         status, reason = await self._attempt(request)
-        if status == "403" and reason == EXPIRED_PROVIDER_TOKEN:
-            self._token.renew(presented)
+        if token is not None and status == "403" and reason == EXPIRED_PROVIDER_TOKEN:
+            token.renew(presented)
             status, reason = await self._attempt(apns_request(push))  # type: ignore[arg-type]
         if status is None:
             return TRANSIENT
@@ -135,7 +139,8 @@ class ApnsProvider:
 
     def sample_gauges(self) -> None:
         self._health.connections(len(self._pool.connections))
-        self._token_age.set(self._token.age())
+        if self._token is not None:  # none with certificate auth
+            self._token_age.set(self._token.age())
 
     async def _attempt(self, request: NotificationRequest) -> tuple[str | None, str | None]:
         try:

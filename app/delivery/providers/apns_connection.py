@@ -99,7 +99,7 @@ class RequestEncoder(Encoder):
 
 
 def request_headers(
-    request: NotificationRequest, host: bytes, apns_topic: bytes, authorization: bytes
+    request: NotificationRequest, host: bytes, apns_topic: bytes, authorization: bytes | None
 ) -> list[Any]:
     """aioapns's header list and order for a request, as bytes; per-request values never indexed."""
     headers: list[Any] = [
@@ -119,7 +119,8 @@ def request_headers(
         headers.append(NeverIndexedHeaderTuple(b"apns-collapse-id", request.collapse_key.encode()))
     if request.push_type is not None:
         headers.append((b"apns-push-type", request.push_type.value.encode()))
-    headers.append((b"authorization", authorization))
+    if authorization is not None:  # None: certificate auth, the TLS connection says who we are
+        headers.append((b"authorization", authorization))
     return headers
 
 
@@ -163,8 +164,9 @@ class _Protocol(APNsTLSClientProtocol):
         self.request_streams[stream_id] = request.notification_id
         return await response
 
-    def _authorization_bytes(self) -> bytes:
-        assert self.auth_provider is not None
+    def _authorization_bytes(self) -> bytes | None:
+        if self.auth_provider is None:
+            return None
         header = self.auth_provider.get_header()
         if header != self._authorization[0]:  # renewed: encode it once, not per request
             self._authorization = (header, header.encode())
@@ -186,17 +188,22 @@ class _Protocol(APNsTLSClientProtocol):
 
 
 class EndpointPool(APNsKeyConnectionPool):
-    """aioapns's pool of connections to the configured endpoint, sharing one token provider."""
+    """aioapns's pool of connections to the configured endpoint, sharing one token provider (none
+    with certificate auth: the client certificate goes in the TLS context)."""
 
     def __init__(
         self,
         credentials: ApnsCredentials,
-        token: AuthorizationHeaderProvider,
+        token: AuthorizationHeaderProvider | None,
         max_connections: int,
         on_connect: Callable[[], None] = lambda: None,
     ) -> None:
         parts = urlsplit(credentials.endpoint)
-        context = ssl.create_default_context(cafile=credentials.ca_file) if credentials.ca_file else None
+        context = None
+        if credentials.ca_file or credentials.cert_file:
+            context = ssl.create_default_context(cafile=credentials.ca_file)
+            if credentials.cert_file:
+                context.load_cert_chain(credentials.cert_file)
         super().__init__(
             credentials.key_pem,
             credentials.key_id,

@@ -21,6 +21,7 @@ import hashlib
 import json
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -41,6 +42,7 @@ from app.delivery.types import (
     MISMATCH,
     REJECTED,
     TRANSIENT,
+    FcmExtras,
     Outcome,
     OutcomeKind,
     Priority,
@@ -75,17 +77,33 @@ CREDENTIAL_ERRORS: tuple[type[Exception], ...] = (
 ANDROID_PRIORITIES = {Priority.NORMAL: "normal", Priority.HIGH: "high"}
 
 
+class _Message(messaging.Message):  # type: ignore[misc]
+    """A v1 message with the fields of a push's `fcm_options` to merge under ours."""
+
+    def __init__(self, base_fields: Mapping[str, Any] | None, **fields: Any) -> None:
+        super().__init__(**fields)
+        self.base_fields = base_fields  # not `fcm_options`: the library's message has one of its own
+
+
 def fcm_message(push: Push) -> messaging.Message | None:
     """The v1 message for a push, or None when it carries no data map. For iOS apps on FCM a
     background push is sent as APNs requires one (priority 5, content-available)."""
     if isinstance(push.payload, bytes):
         return None
+    extras = push.extras if isinstance(push.extras, FcmExtras) else FcmExtras()
     background = push.kind is PushKind.BACKGROUND
     urgent = push.priority is Priority.HIGH and not background
+    apns = None
+    if extras.apns_block:
+        apns = messaging.APNSConfig(
+            headers={"apns-priority": "10" if urgent else "5", "apns-push-type": push.kind.value},
+            payload=messaging.APNSPayload(aps=messaging.Aps(content_available=background or None)),
+        )
     with warnings.catch_warnings():
         # The v1 API's field is still `token`; the library prefers a newer name.
         warnings.filterwarnings("ignore", message="Message.token is deprecated", category=DeprecationWarning)
-        return messaging.Message(
+        return _Message(
+            extras.fcm_options,
             token=push.address,
             data=dict(push.payload),
             android=messaging.AndroidConfig(
@@ -93,11 +111,20 @@ def fcm_message(push: Push) -> messaging.Message | None:
                 collapse_key=push.collapse_id,
                 ttl=_ttl(push.expires_at),
             ),
-            apns=messaging.APNSConfig(
-                headers={"apns-priority": "10" if urgent else "5", "apns-push-type": push.kind.value},
-                payload=messaging.APNSPayload(aps=messaging.Aps(content_available=background or None)),
-            ),
+            apns=apns,
         )
+
+
+def merged(base: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `ours` laid over it, object by object; where both set a value, ours wins."""
+    result = dict(base)
+    for key, value in ours.items():
+        below = result.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            result[key] = merged(below, value)
+        else:
+            result[key] = value
+    return result
 
 
 def _ttl(expires_at: int | None) -> int | None:
@@ -145,6 +172,9 @@ class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[mi
         android = data["message"].get("android")
         if android and "priority" in android:
             android["priority"] = android["priority"].upper()
+        base_fields = getattr(message, "base_fields", None)
+        if base_fields:
+            data["message"] = merged(base_fields, data["message"])
         return data
 
 

@@ -1,0 +1,146 @@
+"""POST /_matrix/push/v1/notify: the Matrix Push Gateway API, answered as Sygnal answers it.
+
+200 `{"rejected": [...]}`; 400 M_NOT_JSON or M_BAD_JSON; 413 M_TOO_LARGE over 512 KiB (declared
+or streamed); 502 when a device failed for a reason that is not its token's; 404 and 405
+M_UNRECOGNIZED for other paths and methods under /_matrix/, and for the route itself when no
+apps are configured (XMTP_PUSH_MATRIX_APPS).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
+from app.core.metrics import matrix_notifications_total, matrix_notify_seconds
+from app.matrix.notification import BadNotification, parse_notification
+from app.matrix.service import Gateway
+
+NOTIFY_PATH = "/_matrix/push/v1/notify"
+MAX_BODY_BYTES = 512 * 1024
+OTHER_METHODS = ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
+
+router = APIRouter(tags=["matrix"])
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, errcode: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"errcode": errcode, "error": message}, status_code=status, headers=headers)
+
+
+_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["errcode", "error"],
+    "properties": {"errcode": {"type": "string"}, "error": {"type": "string"}},
+}
+_DEVICE_SCHEMA = {
+    "type": "object",
+    "required": ["app_id", "pushkey"],
+    "properties": {
+        "app_id": {"type": "string", "maxLength": 64},
+        "pushkey": {"type": "string", "description": "at most 512 bytes"},
+        "pushkey_ts": {"type": "integer"},
+        "data": {"type": "object", "description": "the pusher's data minus url: format, default_payload"},
+        "tweaks": {"type": "object"},
+    },
+}
+_NOTIFICATION_SCHEMA = {
+    "type": "object",
+    "required": ["devices"],
+    "properties": {
+        "event_id": {"type": "string"},
+        "room_id": {"type": "string"},
+        "type": {"type": ["string", "null"]},
+        "sender": {"type": ["string", "null"]},
+        "sender_display_name": {"type": "string"},
+        "room_name": {"type": "string"},
+        "room_alias": {"type": "string"},
+        "membership": {"type": "string"},
+        "user_is_target": {"type": "boolean"},
+        "prio": {"type": "string", "enum": ["high", "low"], "default": "high"},
+        "content": {"type": "object"},
+        "counts": {
+            "type": "object",
+            "properties": {"unread": {"type": "integer"}, "missed_calls": {"type": "integer"}},
+        },
+        "devices": {"type": "array", "minItems": 1, "items": _DEVICE_SCHEMA},
+    },
+}
+
+
+def _json_response(description: str, schema: Mapping[str, object]) -> dict[str, object]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["notification"],
+                    "properties": {"notification": _NOTIFICATION_SCHEMA},
+                }
+            }
+        },
+    },
+    "responses": {
+        "200": _json_response(
+            "sent; `rejected` lists the pushkeys the homeserver should drop, as it sent them",
+            {"type": "object", "properties": {"rejected": {"type": "array", "items": {"type": "string"}}}},
+        ),
+        "400": _json_response(
+            "M_NOT_JSON (the body does not parse) or M_BAD_JSON (its shape)", _ERROR_SCHEMA
+        ),
+        "404": _json_response("M_UNRECOGNIZED: the gateway is not configured", _ERROR_SCHEMA),
+        "408": _json_response("M_UNKNOWN: the body did not arrive within the request timeout", _ERROR_SCHEMA),
+        "413": _json_response("M_TOO_LARGE: body over 512 KiB", _ERROR_SCHEMA),
+        "502": _json_response(
+            "M_UNKNOWN: a device failed for a reason that is not its token's", _ERROR_SCHEMA
+        ),
+    },
+}
+
+
+@router.post(NOTIFY_PATH, summary="Matrix Push Gateway API: notify devices", openapi_extra=_OPENAPI)
+async def notify(request: Request) -> JSONResponse:
+    started = time.perf_counter()
+    response = await _notify(request)
+    matrix_notifications_total.labels(str(response.status_code)).inc()
+    matrix_notify_seconds.observe(time.perf_counter() - started)
+    return response
+
+
+async def _notify(request: Request) -> JSONResponse:
+    gateway: Gateway | None = request.app.state.gateway
+    if gateway is None:
+        return _error(404, "M_UNRECOGNIZED", "Unrecognized request: no push gateway apps are configured")
+    try:
+        body = await read_body(request, MAX_BODY_BYTES, gateway.timeout_seconds)
+        notification = parse_notification(body)
+    except BodyTooLarge:
+        return _error(413, "M_TOO_LARGE", f"body is larger than {MAX_BODY_BYTES} bytes")
+    except BodyTooSlow:
+        return _error(408, "M_UNKNOWN", "body did not arrive in time")
+    except BadNotification as error:
+        log.info("notify refused: %s", error)  # names the field, never a value
+        return _error(400, error.errcode, str(error))
+    answer = await gateway.notify(notification)
+    if answer.status != 200:
+        return _error(answer.status, "M_UNKNOWN", "a device could not be notified; try again later")
+    return JSONResponse({"rejected": answer.rejected})
+
+
+@router.api_route(NOTIFY_PATH, methods=OTHER_METHODS, include_in_schema=False)
+async def wrong_method() -> JSONResponse:
+    return _error(405, "M_UNRECOGNIZED", "Unrecognized request: use POST", {"Allow": "POST"})
+
+
+@router.api_route("/_matrix/{path:path}", methods=["POST", *OTHER_METHODS], include_in_schema=False)
+async def unknown_path() -> JSONResponse:
+    return _error(404, "M_UNRECOGNIZED", "Unrecognized request")

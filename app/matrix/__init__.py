@@ -1,0 +1,1 @@
+"""The Matrix push gateway: a source that answers homeservers in the same request."""

@@ -1,0 +1,83 @@
+"""The gateway's config file (XMTP_PUSH_MATRIX_APPS): a whole `sygnal.yaml`, or one holding only `apps:`.
+
+Only `apps:` is read; any other top-level section (Sygnal's `http`, `log`, `metrics`, `proxy`...)
+is named in one warning and ignored. Each app is checked and its credentials loaded here, at
+start-up: a missing or bad key stops start-up with a message naming the app and the key (never a
+secret's value); a key its type does not know is a warning naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.core.config import ENV_PREFIX, SettingsError
+from app.matrix import apns, gcm
+from app.matrix.apps import DEFAULT_INFLIGHT_REQUEST_LIMIT, AppTable, AppType, AppValues, MatrixApp
+
+SETTING = f"{ENV_PREFIX}MATRIX_APPS"
+MAX_APP_ID_LENGTH = 64
+# App types by the name a config's `type:` gives them. A new type (webpush, say) plugs in here:
+# one module with its AppType (keys, and how its app is made and renders a push), one line.
+APP_TYPES: dict[str, AppType] = {
+    "apns": apns.APP_TYPE,
+    "gcm": gcm.APP_TYPE,
+}
+COMMON_KEYS = frozenset({"type", "inflight_request_limit"})
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    apps: AppTable
+    # Said once at start-up (ignored sections, unknown keys); never a value.
+    warnings: list[str] = field(default_factory=list)
+
+
+def load_gateway_config(path: str) -> GatewayConfig:
+    """The apps of the file at `path`, credentials loaded; SettingsError names what is wrong."""
+    document = _read(path)
+    warnings: list[str] = []
+    ignored = sorted(str(key) for key in document if key != "apps")
+    if ignored:
+        warnings.append(f"{SETTING}: only the apps section is read; ignored: {', '.join(ignored)}")
+    apps_section = document.get("apps")
+    if not isinstance(apps_section, dict) or not apps_section:
+        raise SettingsError(f"{SETTING}: the file has no apps: section (a mapping of app ids)")
+    apps = [_app(str(app_id), values, warnings) for app_id, values in apps_section.items()]
+    return GatewayConfig(AppTable(apps), warnings)
+
+
+def _read(path: str) -> Mapping[Any, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise SettingsError(f"{SETTING}: file not found or not readable") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise SettingsError(f"{SETTING}: not a valid YAML file") from None
+    if not isinstance(document, dict):
+        raise SettingsError(f"{SETTING}: the file must hold a mapping with an apps: section")
+    return document
+
+
+def _app(app_id: str, raw: Any, warnings: list[str]) -> MatrixApp:
+    values = AppValues(app_id, raw if isinstance(raw, dict) else {})
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{SETTING}: apps.{app_id}: must be a mapping of keys")
+    if len(app_id) > MAX_APP_ID_LENGTH:
+        raise SettingsError(f"{SETTING}: apps.{app_id}: an app id has at most {MAX_APP_ID_LENGTH} characters")
+    type_name = values.choice("type", APP_TYPES)
+    if type_name is None:
+        raise values.error("type", f"required: one of {', '.join(APP_TYPES)}")
+    app_type = APP_TYPES[type_name]
+    unknown = sorted(str(key) for key in raw if key not in app_type.keys | COMMON_KEYS)
+    if unknown:
+        warnings.append(f"{SETTING}: apps.{app_id}: unknown keys ignored: {', '.join(unknown)}")
+    limit = values.positive("inflight_request_limit", DEFAULT_INFLIGHT_REQUEST_LIMIT)
+    return dataclasses.replace(app_type.make(values), inflight_request_limit=limit)

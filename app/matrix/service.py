@@ -1,0 +1,172 @@
+"""One notify request: each device routed to its app, rendered, sent, and the answer made.
+
+The devices of a request are sent concurrently, and the whole request is answered within the
+configured timeout: a transient failure is tried again only while the time left allows (its
+Retry-After, else a short backoff), otherwise the request is answered 502 and the homeserver's
+own backoff takes over. Each app has its own provider (its own connections) and its own bound on
+devices in flight, so a hung or failing app fills only its own share and answers 502 at once past
+it, while other apps keep answering. A pushkey is rejected only for a fault that is permanent
+and the token's (or the device's own request: unknown app, unusable pushkey or pusher data).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.metrics import matrix_devices_total
+from app.delivery.provider import Provider
+from app.delivery.registry import ProviderRegistry
+from app.delivery.types import Outcome, OutcomeKind, Push
+from app.matrix.apps import AppTable, MatrixApp, RejectDevice
+from app.matrix.config import MAX_APP_ID_LENGTH
+from app.matrix.duplicates import DeliveredMemory, delivery_key
+from app.matrix.notification import Device, Notification
+
+MAX_PUSHKEY_BYTES = 512
+# Short waits between attempts when the provider gave no Retry-After.
+BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
+# A retry is made only if this much time is left for it after its wait.
+MIN_ATTEMPT_SECONDS = 1.0
+# Kept back from the timeout for answering.
+ANSWER_MARGIN_SECONDS = 0.05
+NO_APP = "none"  # the app label of a device whose app id no app serves
+RETRIED = frozenset({OutcomeKind.TRANSIENT, OutcomeKind.DEFERRED})
+
+log = logging.getLogger(__name__)
+
+
+class DeviceResult(enum.Enum):
+    DELIVERED = "delivered"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    DUPLICATE = "duplicate"
+    LIMITED = "limited"  # past its app's in-flight limit: not attempted
+
+
+FAILING = frozenset({DeviceResult.FAILED, DeviceResult.LIMITED})
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyAnswer:
+    status: int  # 200, or 502 when a device failed for a reason that is not its token's
+    rejected: list[str]  # pushkeys exactly as the homeserver sent them
+
+
+class Gateway:
+    def __init__(
+        self, apps: AppTable, providers: ProviderRegistry, memory: DeliveredMemory, timeout_seconds: float
+    ) -> None:
+        self.apps, self.providers, self.memory = apps, providers, memory
+        self.timeout_seconds = timeout_seconds
+        self._inflight: Counter[str] = Counter()
+
+    async def providers_ready(self) -> bool:
+        """Every app has its provider built (readiness of `xmtp-push gateway`)."""
+        return all(self.providers.get(app.channel, app.provider_app) for app in self.apps.apps)
+
+    async def notify(self, notification: Notification) -> NotifyAnswer:
+        deadline = asyncio.get_running_loop().time() + self.timeout_seconds - ANSWER_MARGIN_SECONDS
+        devices = notification.devices
+        if len(devices) == 1:  # what homeservers send: no task per device
+            results = [await self._device(notification, devices[0], deadline)]
+        else:
+            results = await asyncio.gather(*(self._device(notification, d, deadline) for d in devices))
+        rejected = [d.pushkey for d, r in zip(devices, results, strict=True) if r is DeviceResult.REJECTED]
+        failed = any(result in FAILING for result in results)
+        return NotifyAnswer(502 if failed else 200, rejected)
+
+    async def _device(self, notification: Notification, device: Device, deadline: float) -> DeviceResult:
+        app = self._app_for(device)
+        label = app.app_id if app is not None else NO_APP
+        try:
+            if app is None:
+                raise RejectDevice("no app serves its app id, or two do")
+            result = await self._deliver(app, notification, device, deadline)
+        except RejectDevice as reason:
+            log.info("matrix device rejected (app %s): %s", label, reason)
+            result = DeviceResult.REJECTED
+        matrix_devices_total.labels(label, result.value).inc()
+        return result
+
+    def _app_for(self, device: Device) -> MatrixApp | None:
+        if len(device.app_id) > MAX_APP_ID_LENGTH:
+            return None
+        return self.apps.find(device.app_id)
+
+    async def _deliver(
+        self, app: MatrixApp, notification: Notification, device: Device, deadline: float
+    ) -> DeviceResult:
+        push = _render(app, notification, device)
+        if push is None:
+            return DeviceResult.DELIVERED  # nothing to show: done, as Sygnal
+        key = (
+            delivery_key(device.app_id, device.pushkey, notification.event_id)
+            if notification.event_id
+            else None
+        )
+        if key is not None and await self.memory.delivered(key):
+            return DeviceResult.DUPLICATE
+        if self._inflight[app.app_id] >= app.inflight_request_limit:
+            log.warning(
+                "matrix app %s: in-flight limit of %d reached", app.app_id, app.inflight_request_limit
+            )
+            return DeviceResult.LIMITED
+        self._inflight[app.app_id] += 1
+        try:
+            result = await self._send(app, push, deadline)
+        finally:
+            self._inflight[app.app_id] -= 1
+        if result is DeviceResult.DELIVERED and key is not None:
+            await self.memory.remember(key)
+        return result
+
+    async def _send(self, app: MatrixApp, push: Push, deadline: float) -> DeviceResult:
+        provider = self.providers.get(app.channel, app.provider_app)
+        if provider is None:
+            return DeviceResult.FAILED
+        loop = asyncio.get_running_loop()
+        for attempt in range(len(BACKOFF_SECONDS) + 1):
+            outcome = await _attempt(provider, push, deadline)
+            if outcome is None or outcome.kind not in RETRIED:
+                return _result(app, outcome)
+            wait = outcome.delay_seconds or BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
+            if loop.time() + wait + MIN_ATTEMPT_SECONDS > deadline:
+                break
+            await asyncio.sleep(wait)
+        log.warning("matrix app %s: a push failed within the request's time", app.app_id)
+        return DeviceResult.FAILED
+
+
+def _render(app: MatrixApp, notification: Notification, device: Device) -> Push | None:
+    if len(device.pushkey.encode()) > MAX_PUSHKEY_BYTES:
+        raise RejectDevice(f"pushkey over {MAX_PUSHKEY_BYTES} bytes")
+    default_payload: Any = device.data.get("default_payload", {})
+    if not isinstance(default_payload, dict):
+        raise RejectDevice("the pusher's default_payload is not an object")
+    return app.render(notification, device)
+
+
+async def _attempt(provider: Provider, push: Push, deadline: float) -> Outcome | None:
+    """One attempt within the request's deadline; None when the deadline came first."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await provider.send(push)
+    except TimeoutError:
+        return None
+
+
+def _result(app: MatrixApp, outcome: Outcome | None) -> DeviceResult:
+    if outcome is None:
+        log.warning("matrix app %s: no answer within the request's time", app.app_id)
+        return DeviceResult.FAILED
+    if outcome.kind is OutcomeKind.DELIVERED:
+        return DeviceResult.DELIVERED
+    if outcome.kind in app.rejecting:
+        return DeviceResult.REJECTED
+    log.warning("matrix app %s: push refused (%s), not for its token", app.app_id, outcome.kind.value)
+    return DeviceResult.FAILED
