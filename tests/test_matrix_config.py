@@ -21,7 +21,9 @@ from app.core.config import SettingsError
 from app.delivery.types import OutcomeKind
 from app.matrix.apps import AppTable, glob_pattern
 from app.matrix.config import APP_TYPES, load_gateway_config
-from app.testing.fake_apns import FakeApns
+from app.ops.checks import Check, matrix_check
+from app.ops.failures import INVALID_CONFIGURATION
+from app.testing.fake_apns import FakeApns, TlsFiles
 from tests.matrix_support import (
     device,
     event_id_only,
@@ -30,7 +32,7 @@ from tests.matrix_support import (
     write_config,
     write_key_files,
 )
-from tests.ops_support import apns, tls  # noqa: F401  (module-scoped fakes, bound by name)
+from tests.ops_support import tls  # noqa: F401  (the module-scoped TLS files, bound by name)
 
 SECRET = "do-not-print-me"
 ENDPOINT = "https://127.0.0.1:9"
@@ -319,16 +321,38 @@ def test_certificate_without_a_topic_names_the_topic_key(tmp_path: Path) -> None
     assert message.endswith("apps.org.app.topic: required (the certificate has no UID to take it from)")
 
 
-async def test_a_certificate_app_sends_without_a_provider_token(tmp_path: Path, apns: FakeApns) -> None:
+async def test_a_certificate_app_sends_with_its_client_certificate_and_no_token(
+    tmp_path: Path, tls: TlsFiles
+) -> None:
     certfile = certificate_file(tmp_path, "org.cert")
-    values = {"type": "apns", "certfile": certfile, "endpoint": apns.endpoint, "ca_file": apns.tls.ca_file}
-    path = write_config(tmp_path, {"org.cert.app": values})
-    async with running(gateway_settings(path)) as gateway:
-        response = await gateway.notify(event_id_only(device("org.cert.app", "AQID")))
-        assert (response.status_code, response.json()) == (200, {"rejected": []})
-    [request] = apns.requests
+    with FakeApns(tls, client_ca=certfile) as apns:  # only this certificate is let in
+        values = {
+            "type": "apns",
+            "certfile": certfile,
+            "endpoint": apns.endpoint,
+            "ca_file": apns.tls.ca_file,
+        }
+        path = write_config(tmp_path, {"org.cert.app": values})
+        async with running(gateway_settings(path)) as gateway:
+            response = await gateway.notify(event_id_only(device("org.cert.app", "AQID")))
+            assert (response.status_code, response.json()) == (200, {"rejected": []})
+        [request] = apns.requests
+        [subject] = apns.client_subjects
+    assert ((("userId", "org.cert"),)) in subject["subject"]
     assert request.header("authorization") is None
     assert (request.header("apns-topic"), request.path) == ("org.cert", "/3/device/010203")
+
+
+async def test_a_token_app_is_refused_where_a_certificate_is_required(tmp_path: Path, tls: TlsFiles) -> None:
+    certfile = certificate_file(tmp_path, "org.cert")
+    keyfile, _ = write_key_files(tmp_path)
+    with FakeApns(tls, client_ca=certfile) as apns:
+        values = {**apns_values(keyfile), "endpoint": apns.endpoint, "ca_file": apns.tls.ca_file}
+        path = write_config(tmp_path, {"org.token.app": values})
+        async with running(gateway_settings(path, matrix_request_timeout_seconds=2)) as gateway:
+            response = await gateway.notify(event_id_only(device("org.token.app", "AQID")))
+    assert response.status_code == 502  # the TLS handshake fails: our side, not the token's
+    assert apns.requests == []
 
 
 def test_the_gateway_command_refuses_a_bad_config(
@@ -354,3 +378,13 @@ def test_the_gateway_command_needs_matrix_apps(
         main(["gateway"])
     assert exited.value.code == 2
     assert "XMTP_PUSH_MATRIX_APPS: required by `gateway`" in capsys.readouterr().err
+
+
+def test_config_check_reports_the_matrix_apps(tmp_path: Path, files: tuple[str, str]) -> None:
+    keyfile, account = files
+    good = write_config(tmp_path, {"a": apns_values(keyfile), "b": gcm_values(account)})
+    assert matrix_check(good) == Check("matrix apps", True, "2 app(s): apns, gcm")
+    bad = write_config(tmp_path, {"a": apns_values(keyfile, team_id=None)})
+    assert matrix_check(bad) == Check(
+        "matrix apps", False, "XMTP_PUSH_MATRIX_APPS: apps.a.team_id: required", INVALID_CONFIGURATION
+    )

@@ -118,7 +118,7 @@ async def test_logs_name_no_pushkey_event_or_room(
 async def test_duplicates_are_shared_through_redis(
     config_path: str,
     apns: FakeApns,
-    redis_url: str,  # noqa: F811
+    redis_url: str,
 ) -> None:
     apns.reset()
     settings = gateway_settings(config_path, redis_url=redis_url)

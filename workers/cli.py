@@ -16,7 +16,7 @@ from app.core.logging import configure_logging
 
 COMMANDS = {
     "dev": "everything in one process on embedded defaults (SQLite, in-process queue); migrates first",
-    "api": "HTTP API (Connect, ingest, health, metrics) and gRPC API",
+    "api": "HTTP API (Connect, ingest, health, metrics; the Matrix notify route when configured) and gRPC API",
     "worker": "fan-out and delivery workers (needs XMTP_PUSH_REDIS_URL); run as many as you like",
     "listen": (
         "the xmtpd firehose listener (one per deployment; needs XMTP_PUSH_XMTPD_ADDRESS and "

@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 from app.core.config import Settings, SettingsError
 from app.core.migrations import alembic_config
 from app.delivery.credentials import apns_credentials, fcm_credentials
+from app.matrix.config import load_gateway_config
 from app.ops.failures import (
     CHECK_FAILED,
     DATABASE_NOT_MIGRATED,
@@ -46,6 +47,8 @@ def channel_checks(settings: Settings) -> list[Check]:
         except SettingsError as error:
             checks.append(Check(name, False, str(error), INVALID_CONFIGURATION))
     checks.append(Check("channel http", True, "configured" if settings.http_enabled else "not configured"))
+    if settings.matrix_apps:
+        checks.append(matrix_check(settings.matrix_apps))
     return checks
 
 
@@ -61,6 +64,16 @@ def channel_warnings(settings: Settings) -> list[Check]:
     if settings.apns_configured or settings.fcm_configured or settings.http_enabled:
         return []
     return [Check("channels", True, NO_CHANNEL)]
+
+
+def matrix_check(path: str) -> Check:
+    """The Matrix gateway's apps (XMTP_PUSH_MATRIX_APPS), credentials loaded; only when set."""
+    try:
+        config = load_gateway_config(path)
+    except SettingsError as error:
+        return Check("matrix apps", False, str(error), INVALID_CONFIGURATION)
+    types = sorted({app.type for app in config.apps.apps})
+    return Check("matrix apps", True, f"{len(config.apps.apps)} app(s): {', '.join(types)}")
 
 
 async def _bounded(name: str, probe: Awaitable[Check], unanswered: Failure) -> Check:

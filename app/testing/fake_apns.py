@@ -223,6 +223,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         ssl_object = transport.get_extra_info("ssl_object")
         self.fake.alpn.append(ssl_object.selected_alpn_protocol() if ssl_object else None)
+        if self.fake.client_ca is not None:  # certificate auth: who the client's certificate names
+            self.fake.client_subjects.append(transport.get_extra_info("peercert") or {})
         self.fake.transports.add(self.transport)  # type: ignore[arg-type]
         self.conn.initiate_connection()
         self.conn.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: self.fake.max_concurrent_streams})
@@ -338,8 +340,12 @@ class FakeApns:
         port: int = 0,
         max_concurrent_streams: int = 1000,
         record: bool = True,
+        client_ca: str | None = None,
     ) -> None:
         self.tls = tls
+        # With a CA file, clients must present a certificate it signed (APNs certificate auth).
+        self.client_ca = client_ca
+        self.client_subjects: list[dict[str, Any]] = []
         self.port = port
         self.max_concurrent_streams = max_concurrent_streams
         self.record = record
@@ -430,6 +436,9 @@ class FakeApns:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.tls.cert_file, self.tls.key_file)
+        if self.client_ca is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(self.client_ca)
         context.set_alpn_protocols(["h2"])
         return context
 
