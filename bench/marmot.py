@@ -179,10 +179,17 @@ async def ours(
     wraps, apns_count, fcm_count = batch
     await apns.reset(session)
     await fcm.reset(session)
-    cpu_before = process_cpu_seconds(server_pid)
+    pids = (server_pid, apns.proc.pid, fcm.proc.pid, os.getpid())
+    cpu_before = [process_cpu_seconds(pid) for pid in pids]
     started = await publish(session, relay_url, wraps)
     last = await delivered(session, apns, fcm, (apns_count, fcm_count))
-    cpu = (process_cpu_seconds(server_pid) - cpu_before) / len(wraps)
+    spent = [process_cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    seconds = (last - started) / 1e9 if last else float("nan")
+    print(
+        f"  CPU over {seconds:.2f} s: server {spent[0]:.2f} s, fake APNs {spent[1]:.2f} s, "
+        f"fake FCM {spent[2]:.2f} s, relay and this process {spent[3]:.2f} s"
+    )
+    cpu = spent[0] / len(wraps)
     return (0.0 if last == 0 else len(wraps) / ((last - started) / 1e9)), cpu
 
 
@@ -203,6 +210,7 @@ async def run(args: argparse.Namespace) -> int:
         aiohttp.ClientSession() as session,
     ):
         env = marmot_env(key, relay_url, apns, fcm)
+        env.update(dict(setting.split("=", 1) for setting in args.env))
         server = await start_process("xmtp-push marmot", [*xmtp_push_command(), "marmot"], env, _SERVING)
         try:
             await wait_ready(session, int(server.match.group(1)))
@@ -253,7 +261,7 @@ async def one_size(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.marmot", description=__doc__.split("\n")[0])
-    parser.add_argument("--triggers", type=int, default=2000, help="triggers per size (default 2000)")
+    parser.add_argument("--triggers", type=int, default=1000, help="triggers per size (default 1000)")
     parser.add_argument(
         "--tokens",
         type=lambda text: [int(part) for part in text.split(",")],
@@ -265,6 +273,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=2,
         help="every Nth token is an FCM one, the rest APNs (0: none; default 2)",
+    )
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="XMTP_PUSH_NAME=VALUE", help="a setting for the server"
     )
     parser.add_argument("--json", help="also write the results as JSON to this path")
     return parser.parse_args(argv)

@@ -436,3 +436,22 @@ async def test_at_most_max_concurrent_triggers_are_in_flight(
             apns.release()
             await settle("accepted", accepted, 2)
     assert [r.token for r in apns.requests] == ["11" * 32, "22" * 32]
+
+
+async def test_pushes_in_flight_are_bounded_per_channel(
+    key: ServerKey, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    apns, fcm = fakes
+    accepted = triggers("accepted")
+    apns.script("33" * 32, ApnsReply(200, held=True))
+    async with running_relay() as relay:
+        settings = marmot_settings(fakes, key, relay.url, marmot_pushes_in_flight=1)
+        async with serving(settings):
+            await send(relay, key, apns_chunk(key, "33" * 32), apns_chunk(key, "44" * 32), fcm_chunk(key))
+            await apns.wait_for(1)
+            await fcm.wait_for(1)  # another channel's slot
+            await asyncio.sleep(0.5)
+            assert apns.count == 1  # the second APNs push waits for the first's slot
+            apns.release()
+            await settle("accepted", accepted)
+    assert sorted(r.token for r in apns.requests) == ["33" * 32, "44" * 32]

@@ -196,7 +196,9 @@ async def open_marmot(settings: Settings, providers: ProviderRegistry) -> AsyncI
     redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
     try:
         dedup = Dedup(settings.marmot_dedup_seconds, redis)
-        handler = TriggerHandler(key, providers, dedup, Limits.from_settings(settings))
+        handler = TriggerHandler(
+            key, providers, dedup, Limits.from_settings(settings), settings.marmot_pushes_in_flight
+        )
         yield MarmotServer(settings, key, providers, handler)
     finally:
         if redis is not None:

@@ -118,6 +118,8 @@ class Settings(BaseSettings):
     marmot_device_per_minute: int = Field(240, ge=1)
     marmot_device_per_hour: int = Field(5_000, ge=1)
     marmot_max_concurrent: int = Field(64, ge=1, le=4096)  # triggers processed at once
+    # Pushes in flight per channel (APNs, FCM); more wait for a slot.
+    marmot_pushes_in_flight: int = Field(32, ge=1, le=4096)
     marmot_dedup_seconds: float = Field(300.0, ge=1, le=86_400)
     # A relay connection silent this long (our pings unanswered included) is closed and reopened.
     marmot_relay_watchdog_seconds: float = Field(MARMOT_RELAY_WATCHDOG_SECONDS, ge=1, le=3600)

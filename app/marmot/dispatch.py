@@ -6,6 +6,8 @@ Marmot keeps no state: a token is dropped after its one attempt, and the outcome
 
 from __future__ import annotations
 
+import asyncio
+
 from app.delivery.registry import ProviderRegistry
 from app.delivery.types import OutcomeKind, Priority, Push, PushKind
 from app.marmot.tokens import DeviceToken, Platform
@@ -38,11 +40,22 @@ def render(token: DeviceToken) -> Push:
     return Push(token.token, FCM_DATA, PushKind.BACKGROUND, Priority.HIGH)
 
 
-async def dispatch(providers: ProviderRegistry, token: DeviceToken) -> str:
-    """Send one token its wake-up; the outcome as the tokens metric names it. A platform with no
-    credentials configured counts its tokens as failed."""
-    provider = providers.get(channel_of(token))
-    if provider is None:
-        return "failed"
-    outcome = await provider.send(render(token))
-    return TOKEN_OUTCOMES[outcome.kind]
+class Dispatcher:
+    """Sends tokens their wake-ups through the registry's providers, at most `in_flight` at once per
+    channel: a provider's client is slower per push with hundreds waiting on its connections than
+    with a few dozen sending (firebase-admin's HTTP pool most of all)."""
+
+    def __init__(self, providers: ProviderRegistry, in_flight: int) -> None:
+        self._providers = providers
+        self._slots = {channel: asyncio.Semaphore(in_flight) for channel in CHANNELS.values()}
+
+    async def send(self, token: DeviceToken) -> str:
+        """One attempt; the outcome as the tokens metric names it. A platform with no credentials
+        configured counts its tokens as failed."""
+        channel = channel_of(token)
+        provider = self._providers.get(channel)
+        if provider is None:
+            return "failed"
+        async with self._slots[channel]:
+            outcome = await provider.send(render(token))
+        return TOKEN_OUTCOMES[outcome.kind]

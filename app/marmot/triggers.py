@@ -25,7 +25,7 @@ from app.core import metrics
 from app.core.config import Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup, RateLimiter, RecentDigests, Tier
-from app.marmot.dispatch import channel_of, dispatch
+from app.marmot.dispatch import Dispatcher, channel_of
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import TokenError, decrypt_token, token_bytes
 from app.marmot.unwrap import Refused, split_chunks, unwrap_trigger
@@ -65,8 +65,11 @@ def _count_token(platform: str, outcome: str) -> None:
 class TriggerHandler:
     """Handles gift wraps for one server key; shared by every relay connection of the process."""
 
-    def __init__(self, key: ServerKey, providers: ProviderRegistry, dedup: Dedup, limits: Limits) -> None:
-        self._key, self._providers, self._dedup = key, providers, dedup
+    def __init__(
+        self, key: ServerKey, providers: ProviderRegistry, dedup: Dedup, limits: Limits, in_flight: int
+    ) -> None:
+        self._key, self._dedup = key, dedup
+        self._dispatcher = Dispatcher(providers, in_flight)
         self._global = RateLimiter(limits.global_)
         self._chunks = RateLimiter(limits.chunk)
         self._devices = RateLimiter(limits.device)
@@ -95,8 +98,11 @@ class TriggerHandler:
         return TriggerResult.ACCEPTED
 
     async def _send_chunks(self, content: bytes) -> None:
-        sends = [self._send_chunk(chunk) for chunk in dict.fromkeys(split_chunks(content))]
-        await asyncio.gather(*sends)
+        chunks = list(dict.fromkeys(split_chunks(content)))
+        if len(chunks) == 1:  # the common case: no task needed
+            await self._send_chunk(chunks[0])
+            return
+        await asyncio.gather(*(self._send_chunk(chunk) for chunk in chunks))
 
     async def _send_chunk(self, chunk: bytes) -> None:
         if not self._chunks.charge(hashlib.sha256(chunk).digest()):
@@ -112,4 +118,4 @@ class TriggerHandler:
         if not self._devices.charge(hashlib.sha256(device).digest()):
             _count_token(platform, "rate_limited")
             return
-        _count_token(platform, await dispatch(self._providers, token))
+        _count_token(platform, await self._dispatcher.send(token))
