@@ -380,7 +380,28 @@ async def test_retries_stop_at_the_request_timeout_with_502(gateway: RunningGate
     assert len(apns.requests_for(pushkey["pushkey"])) >= 2  # short retries first
 
 
-async def test_fcm_retry_after_longer_than_the_budget_is_502_at_once(
+async def test_an_fcm_retry_after_within_the_budget_is_waited_for(
+    gateway: RunningGateway, fcm: FakeFcm
+) -> None:
+    fcm.script("later", FcmReply(503, "UNAVAILABLE", "UNAVAILABLE", retry_after="1"), FcmReply(200))
+    response = await gateway.notify(event_id_only(device(ANDROID, "later.1"), event_id=event()))
+    assert (response.status_code, response.json()) == (200, {"rejected": []})
+    first, second = fcm.requests
+    assert second.received - first.received >= 1.0  # its Retry-After, not the short backoff
+
+
+async def test_an_fcm_retry_after_past_the_budget_is_502_at_once(
+    gateway: RunningGateway, fcm: FakeFcm
+) -> None:
+    fcm.script("much-later", FcmReply(503, "UNAVAILABLE", "UNAVAILABLE", retry_after="30"))
+    started = time.monotonic()
+    response = await gateway.notify(event_id_only(device(ANDROID, "much-later.1"), event_id=event()))
+    assert response.status_code == 502
+    assert time.monotonic() - started < 1.0
+    assert len(fcm.requests) == 1
+
+
+async def test_an_fcm_quota_answer_is_502_at_once(
     gateway: RunningGateway, fcm: FakeFcm
 ) -> None:
     fcm.script("quota", FcmReply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after="120"))

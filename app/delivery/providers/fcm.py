@@ -138,7 +138,12 @@ def outcome_for_error(error: BaseException | None) -> Outcome:
         if isinstance(error, kind):
             return outcome
     if _status(error) in TRANSIENT_STATUSES:
-        return TRANSIENT
+        delay = _retry_after(error)  # FCM may say when to come back from a 500/503
+        return (
+            TRANSIENT
+            if delay is None
+            else Outcome(OutcomeKind.TRANSIENT, delay_seconds=min(delay, QUOTA_DELAY_MAX))
+        )
     code = getattr(error, "code", None)
     return CODE_OUTCOMES.get(code, REJECTED) if isinstance(code, str) else REJECTED
 
@@ -149,13 +154,18 @@ def _status(error: BaseException | None) -> int | None:
 
 
 def _quota_delay(error: BaseException | None) -> float:
+    delay = _retry_after(error)
+    return min(QUOTA_DELAY_MAX, max(QUOTA_DELAY_MIN, QUOTA_DELAY_DEFAULT if delay is None else delay))
+
+
+def _retry_after(error: BaseException | None) -> float | None:
+    """The answer's Retry-After in seconds, when it gives one as a number."""
     response = getattr(error, "http_response", None)
     raw = response.headers.get("retry-after") if response is not None else None
     try:
-        delay = float(raw) if raw is not None else QUOTA_DELAY_DEFAULT
+        return max(0.0, float(raw)) if raw is not None else None
     except ValueError:
-        delay = QUOTA_DELAY_DEFAULT
-    return min(QUOTA_DELAY_MAX, max(QUOTA_DELAY_MIN, delay))
+        return None
 
 
 class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[misc]
