@@ -14,6 +14,7 @@ from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.database import create_engine, create_session_factory
 from app.core.probes import Check, Probes
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
+from app.delivery.url_policy import UrlPolicy
 from app.matrix.config import GatewayConfig, load_gateway_config
 from app.matrix.duplicates import DeliveredMemory, ProcessMemory, RedisMemory
 from app.matrix.service import Gateway
@@ -95,7 +96,7 @@ def load_matrix_apps(settings: Settings) -> GatewayConfig | None:
     """The gateway's apps, credentials loaded, its warnings said; SettingsError when unusable."""
     if not settings.matrix_apps:
         return None
-    config = load_gateway_config(settings.matrix_apps)
+    config = load_gateway_config(settings.matrix_apps, UrlPolicy.from_settings(settings))
     for warning in config.warnings:
         log.warning("%s", warning)
     return config

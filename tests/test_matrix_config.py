@@ -201,8 +201,12 @@ def test_app_level_errors(tmp_path: Path, files: tuple[str, str]) -> None:
     keyfile, _ = files
     assert app_error(tmp_path, "apns").endswith("apps.org.app: must be a mapping of keys")
     assert "at most 64 characters" in app_error(tmp_path, apns_values(keyfile), app_id="a" * 65)
-    assert app_error(tmp_path, {"keyfile": keyfile}).endswith("apps.org.app.type: required: one of apns, gcm")
-    assert app_error(tmp_path, {"type": "mpns"}).endswith("apps.org.app.type: must be one of apns, gcm")
+    assert app_error(tmp_path, {"keyfile": keyfile}).endswith(
+        "apps.org.app.type: required: one of apns, gcm, webpush"
+    )
+    assert app_error(tmp_path, {"type": "mpns"}).endswith(
+        "apps.org.app.type: must be one of apns, gcm, webpush"
+    )
     message = app_error(tmp_path, apns_values(keyfile, inflight_request_limit=0))
     assert message.endswith("apps.org.app.inflight_request_limit: must be at least 1")
     message = app_error(tmp_path, apns_values(keyfile, inflight_request_limit="many"))

@@ -230,9 +230,11 @@ def main(argv: list[str] | None = None) -> int:
 
             default_apps(settings)  # a configured channel's unusable credential stops start-up
         if args.command in MATRIX_SERVING and settings.matrix_apps:
+            from app.delivery.url_policy import UrlPolicy
             from app.matrix.config import load_gateway_config
 
-            load_gateway_config(settings.matrix_apps)  # so does a bad gateway app
+            # so does a bad gateway app
+            load_gateway_config(settings.matrix_apps, UrlPolicy.from_settings(settings))
     except SettingsError as error:
         print(f"xmtp-push: {error}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from typing import Any
 from app.core.config import ENV_PREFIX, SettingsError
 from app.delivery.registry import ChannelApp
 from app.delivery.types import OutcomeKind, Push
+from app.delivery.url_policy import UrlPolicy
 from app.matrix.notification import Device, Notification
 
 DEFAULT_INFLIGHT_REQUEST_LIMIT = 512
@@ -54,8 +55,10 @@ class MatrixApp:
 class AppValues:
     """One app's config values, read with type checks; errors name the app and the key."""
 
-    def __init__(self, app_id: str, values: Mapping[str, Any]) -> None:
+    def __init__(self, app_id: str, values: Mapping[str, Any], url_policy: UrlPolicy | None = None) -> None:
         self.app_id, self.values = app_id, values
+        # Which URLs an app may have pushes posted to (webpush endpoints): the webhooks' rules.
+        self.url_policy = url_policy or UrlPolicy()
 
     def name(self, key: str) -> str:
         return f"{ENV_PREFIX}MATRIX_APPS: apps.{self.app_id}.{key}"

@@ -17,16 +17,18 @@ from typing import Any
 import yaml
 
 from app.core.config import ENV_PREFIX, SettingsError
-from app.matrix import apns, gcm
+from app.delivery.url_policy import UrlPolicy
+from app.matrix import apns, gcm, webpush
 from app.matrix.apps import DEFAULT_INFLIGHT_REQUEST_LIMIT, AppTable, AppType, AppValues, MatrixApp
 
 SETTING = f"{ENV_PREFIX}MATRIX_APPS"
 MAX_APP_ID_LENGTH = 64
-# App types by the name a config's `type:` gives them. A new type (webpush, say) plugs in here:
+# App types by the name a config's `type:` gives them. A new type plugs in here:
 # one module with its AppType (keys, and how its app is made and renders a push), one line.
 APP_TYPES: dict[str, AppType] = {
     "apns": apns.APP_TYPE,
     "gcm": gcm.APP_TYPE,
+    "webpush": webpush.APP_TYPE,
 }
 COMMON_KEYS = frozenset({"type", "inflight_request_limit"})
 
@@ -38,8 +40,10 @@ class GatewayConfig:
     warnings: list[str] = field(default_factory=list)
 
 
-def load_gateway_config(path: str) -> GatewayConfig:
-    """The apps of the file at `path`, credentials loaded; SettingsError names what is wrong."""
+def load_gateway_config(path: str, url_policy: UrlPolicy | None = None) -> GatewayConfig:
+    """The apps of the file at `path`, credentials loaded; SettingsError names what is wrong.
+    `url_policy`: the URLs pushes may be posted to (webpush endpoints); default https to public
+    addresses only."""
     document = _read(path)
     warnings: list[str] = []
     ignored = sorted(str(key) for key in document if key != "apps")
@@ -48,7 +52,7 @@ def load_gateway_config(path: str) -> GatewayConfig:
     apps_section = document.get("apps")
     if not isinstance(apps_section, dict) or not apps_section:
         raise SettingsError(f"{SETTING}: the file has no apps: section (a mapping of app ids)")
-    apps = [_app(str(app_id), values, warnings) for app_id, values in apps_section.items()]
+    apps = [_app(str(app_id), values, warnings, url_policy) for app_id, values in apps_section.items()]
     return GatewayConfig(AppTable(apps), warnings)
 
 
@@ -66,8 +70,8 @@ def _read(path: str) -> Mapping[Any, Any]:
     return document
 
 
-def _app(app_id: str, raw: Any, warnings: list[str]) -> MatrixApp:
-    values = AppValues(app_id, raw if isinstance(raw, dict) else {})
+def _app(app_id: str, raw: Any, warnings: list[str], url_policy: UrlPolicy | None) -> MatrixApp:
+    values = AppValues(app_id, raw if isinstance(raw, dict) else {}, url_policy)
     if not isinstance(raw, dict):
         raise SettingsError(f"{SETTING}: apps.{app_id}: must be a mapping of keys")
     if len(app_id) > MAX_APP_ID_LENGTH:
