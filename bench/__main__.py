@@ -1,11 +1,12 @@
 """`python -m bench`: the end-to-end benchmarks in sequence, each on a fresh database, and a report.
 
     python -m bench [--quick] [--only NAME,...] [--out DIR] [NAME ...]
+    python -m bench NAME [that benchmark's own options, e.g. matrix --duration 300]
 
 Runs registration, subscriber_plan, the pipeline's throughput scenario (memory mode, redis with 1 and with 2
 workers), its fanout scenario (redis, 100,000 subscribers) and latency scenario (redis, 1000 hints/s for
 30 s), then channels (APNs, FCM) and marmot (triggers through a relay, 1 and 10 tokens each; alone:
-`python -m bench marmot`). Each is its own `python -m bench.<script>` process writing its numbers with
+`python -m bench marmot`), and matrix (the Matrix gateway against a bare aioapns loop). Each is its own `python -m bench.<script>` process writing its numbers with
 `--json`; the whole output of each goes to DIR/logs/, its numbers to DIR/data/. Writes DIR/report.md
 (the machine, one table per benchmark with the command that reproduces it) and DIR/throughput-latency.png.
 Progress goes to stderr. `--quick` runs small sizes and short durations: a smoke run of a few minutes.
@@ -17,6 +18,7 @@ import argparse
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from bench.report import PLOT_NAME, Machine, render
@@ -46,14 +48,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out", type=Path, default=ROOT / "bench" / "report", help="report folder (default bench/report/)"
     )
     parser.add_argument("--list", action="store_true", help="print the commands that would run, and stop")
-    return parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    args.extra = tuple(extra)  # options for the one benchmark named
+    return args
 
 
 def suite_command(args: argparse.Namespace) -> str:
     words = [interpreter(), "-m", "bench"]
     words += ["--quick"] if args.quick else []
     words += ["--only", args.only] if args.only else []
-    return shlex.join(words)
+    return shlex.join([*words, *args.extra])
 
 
 def write_plot(runs: list[StepRun], out: Path, title: str) -> str | None:
@@ -90,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.names:
         args.only = ",".join([*([args.only] if args.only else []), *args.names])
     steps = select(args.only)
+    if args.extra:
+        if len(steps) != 1:
+            raise SystemExit(f"options for one benchmark ({' '.join(args.extra)}) need exactly one NAME")
+        steps = [replace(steps[0], full=steps[0].full + args.extra, quick=steps[0].quick + args.extra)]
     if args.list:
         for step in steps:
             print(f"{step.name}: {command_line(step, args.quick)}")

@@ -161,10 +161,9 @@ def backend_settings(channel: str, fake: Fake) -> list[str]:
 Sender = Callable[[str, bytes, int], Awaitable[bool]]
 
 
-@contextlib.asynccontextmanager
-async def bare_apns(fake: Fake) -> AsyncIterator[Sender]:
+def bare_apns_client(fake: Fake) -> Any:
+    """aioapns's own `APNs` client (4 connections, one attempt each), pointed at the fake."""
     from aioapns import APNs
-    from aioapns.common import NotificationRequest, PushType
     from aioapns.connection import APNsTLSClientProtocol
 
     client = APNs(
@@ -182,6 +181,14 @@ async def bare_apns(fake: Fake) -> AsyncIterator[Sender]:
         (APNsTLSClientProtocol,),
         {"APNS_SERVER": "127.0.0.1", "APNS_PORT": fake.send_port},
     )
+    return client
+
+
+@contextlib.asynccontextmanager
+async def bare_apns(fake: Fake) -> AsyncIterator[Sender]:
+    from aioapns.common import NotificationRequest, PushType
+
+    client = bare_apns_client(fake)
 
     async def send(token: str, topic: bytes, sequence_id: int) -> bool:
         encoded = topic_b64(topic)

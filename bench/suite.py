@@ -138,6 +138,13 @@ STEPS: tuple[Step, ...] = (
         ("--triggers", "300"),
     ),
     Step(
+        "matrix",
+        "bench.matrix",
+        "Matrix gateway one-device notify vs a bare aioapns loop, same fake APNs, 64 in flight; memory soak",
+        (),
+        ("--requests", "3000", "--duration", "10"),
+    ),
+    Step(
         "listener_decode",
         "bench.listener_decode",
         "Listener decode, dedupe and enqueue on one core (no database; only with --only)",
