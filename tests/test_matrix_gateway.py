@@ -401,9 +401,7 @@ async def test_an_fcm_retry_after_past_the_budget_is_502_at_once(
     assert len(fcm.requests) == 1
 
 
-async def test_an_fcm_quota_answer_is_502_at_once(
-    gateway: RunningGateway, fcm: FakeFcm
-) -> None:
+async def test_an_fcm_quota_answer_is_502_at_once(gateway: RunningGateway, fcm: FakeFcm) -> None:
     fcm.script("quota", FcmReply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after="120"))
     started = time.monotonic()
     response = await gateway.notify(event_id_only(device(ANDROID, "quota.1"), event_id=event()))
