@@ -25,8 +25,10 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from app.network import repository
+from app.ops.stats import listener_summary
 from app.proto.xmtp.backend.v1 import notification_pb2 as npb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from app.queue.activity import ListenerState
 from app.queue.base import ENVELOPES, delivery_stream
 from app.runtime import Runtime, open_runtime
 from app.testing.fake_xmtpd import (
@@ -628,6 +630,30 @@ async def test_a_cancelled_listener_task_ends(sqlite_url: str) -> None:
             done, _ = await asyncio.wait({task}, timeout=3.0)
             assert done, "the listener ignored its cancellation"
             assert task.cancelled()
+            # Not a clean stop: its last state stays, and goes stale on /status and in `stats`.
+            state = await reported(h.runtime)
+            assert state is not None and state.state != "stopped"
+            words, level = listener_summary(state, state.updated + 600)
+            assert (words.startswith("not reporting for 600 s"), level) == (True, "bad")
         finally:
             stop.set()
             await asyncio.wait({task}, timeout=3.0)
+
+
+async def reported(runtime: Runtime) -> ListenerState | None:
+    assert runtime.activity is not None
+    return await runtime.activity.listener()
+
+
+async def test_a_clean_stop_is_told_as_stopped_not_as_silence(sqlite_url: str) -> None:
+    async with harness(sqlite_url) as h:
+        await h.connected()
+        started = time.monotonic()
+        while (state := await reported(h.runtime)) is None or state.state != "live":
+            assert time.monotonic() - started < WAIT, f"the listener did not report live: {state}"
+            await asyncio.sleep(0.02)
+        assert listener_summary(state, state.updated + 600)[1] == "bad"  # live, then silent: trouble
+        await h.stop_listener()
+        stopped = await reported(h.runtime)
+        assert stopped is not None and stopped.state == "stopped"
+        assert listener_summary(stopped, stopped.updated + 600) == ("stopped 600 s ago (a clean stop)", "off")

@@ -28,8 +28,10 @@ from cryptography.hazmat.primitives import serialization
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.config import Settings
+from app.ops.stats import collect_stats
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from app.queue.activity import ListenerState
 from app.recipients.models import Recipient
 from app.testing.fake_apns import FakeApns, TlsFiles
 from app.testing.fake_fcm import FakeFcm
@@ -463,8 +465,45 @@ async def test_stats_after_a_scripted_run(
         "delivery outcomes, last hour:",
         "  apns   dead 1, delivered 1",
         "  http   dead 1, delivered 2",
+        "credentials refused, last hour:",
+        "  none",
     ]
     assert lines[: len(expected)] == expected, text.stdout
+
+
+async def test_stats_tell_refused_credentials_and_the_listener(
+    redis_postgresql_stack: pipeline_support.Stack, apns: FakeApns, tls: TlsFiles
+) -> None:
+    overrides = {"apns_key": apns_key_pem(), "apns_endpoint": apns.endpoint, "apns_ca_file": tls.ca_file}
+    apns.reset()
+    async with running_pipeline(redis_postgresql_stack, **overrides) as pipe:
+        topic = group_topic()
+        await register(pipe.stub, "apns", f"forbidden.{secrets.token_hex(16)}", topics=[topic])
+        await pipe.ingest_ok([envelope(topic, 7)])
+        refused = 0
+        deadline = time.monotonic() + 20
+        while not refused:  # the worker saw APNs refuse the credentials and recorded it beside the queue
+            assert time.monotonic() < deadline, "no credential refusal recorded"
+            pipe.check_workers()
+            refused = (await collect_stats(pipe.runtime)).credentials_refused.get("apns", 0)
+            await asyncio.sleep(0.05)
+        await pipe.stop_workers()  # no more attempts: the count stands still
+        refused = (await collect_stats(pipe.runtime)).credentials_refused["apns"]
+        env = channel_env(redis_postgresql_stack.database_url, redis_url=REDIS_TEST_URL)
+        before = await xmtp_push("stats", env=env)
+        activity = pipe.runtime.activity
+        assert activity is not None
+        # What the listener leaves as it ends cleanly (tests/test_listener.py runs one to its stop).
+        await activity.set_listener(ListenerState(0.5, time.time() - 300, "stopped", 0))
+        after = await xmtp_push("stats", env=env)
+    assert before.returncode == after.returncode == 0, (before, after)
+    tail = ["credentials refused, last hour:", f"  apns   {refused}"]
+    assert before.stdout.splitlines()[-3:] == [
+        *tail,
+        "listener: not configured: no listener has reported (run `xmtp-push listen`)",
+    ], before.stdout
+    assert after.stdout.splitlines()[-3:-1] == tail
+    assert re.fullmatch(r"listener: stopped 30\d s ago \(a clean stop\)", after.stdout.splitlines()[-1])
 
 
 async def test_stats_without_a_queue_says_so(postgresql_url: str) -> None:

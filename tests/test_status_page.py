@@ -236,7 +236,7 @@ async def test_a_failure_burst_shows_in_red(
     assert image.count_near(rgb(FAILURE_COLORS["failed"])) >= 300
 
 
-async def test_the_listener_is_told_as_not_configured_connecting_catching_up_live_or_silent(
+async def test_the_listener_is_told_as_not_configured_connecting_catching_up_live_silent_or_stopped(
     redis_url: str,
 ) -> None:
     client = Redis.from_url(redis_url)
@@ -255,6 +255,7 @@ async def test_the_listener_is_told_as_not_configured_connecting_catching_up_liv
                 'class="bad"',
                 "not reporting for 600 s (last seen live)",
             ),
+            ListenerState(0.0, now - 600, "stopped", 0): ('class="off"', "stopped 600 s ago (a clean stop)"),
         }
         for state, (css, words) in cases.items():
             await log.set_listener(state)

@@ -89,6 +89,7 @@ class Listener:
             metrics.listener_reconnects_total.inc()
             await _wait(stop, backoff(failures))
         await self._save_marks(force=True)
+        await self._enter("stopped")
 
     async def _connect_once(self, stop: asyncio.Event) -> bool:
         """One connection's life; True when the stream was established before it ended."""

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from app import __version__
 from app.api.charts import last_hour, legend, lines, stacked_bars
-from app.ops.stats import CHANNEL_LABELS, FAILURES, Stats, collect_stats
+from app.ops.stats import CHANNEL_LABELS, FAILURES, Stats, collect_stats, listener_summary
 from app.queue.activity import MinuteCount
 
 router = APIRouter(tags=["operations"])
@@ -32,8 +32,6 @@ QUEUE_COLORS = {
 }
 # A failure share above this marks a channel failing (the alert rule's threshold).
 FAILING_RATIO = 0.1
-# A listener that has not reported for this long is shown as not reporting.
-LISTENER_STALE_SECONDS = 120.0
 STARTED = psutil.Process().create_time()
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="15">
@@ -129,19 +127,6 @@ def _channels(stats: Stats, configured: set[str]) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _listener(stats: Stats) -> tuple[str, str]:
-    state = stats.listener
-    if state is None:
-        return "not configured: no listener has reported (run `xmtp-push listen`)", "off"
-    age = stats.generated - state.updated
-    if age > LISTENER_STALE_SECONDS:
-        return f"not reporting for {age:.0f} s (last seen {state.state.replace('_', ' ')})", "bad"
-    if state.state == "live":
-        lag = f"live, lag {state.lag_seconds:.1f} s, {state.lag_envelopes} envelopes past the stored cursor"
-        return lag, "ok"
-    return f"{state.state.replace('_', ' ')} (lag {state.lag_seconds:.1f} s)", "warn"
-
-
 def _duration(seconds: float) -> str:
     minutes, _ = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -167,7 +152,7 @@ def render(stats: Stats, configured: set[str]) -> str:
     delivered = _per_minute((m for m in stats.minutes if m.outcome == "delivered"), "channel")
     failures = _per_minute((m for m in stats.minutes if m.outcome in FAILURES), "outcome")
     latency, backlog = _latency(stats), _signal(stats, "backlog")
-    listener, listener_class = _listener(stats)
+    listener, listener_class = listener_summary(stats.listener, stats.generated)
     return PAGE.format(
         version=html.escape(__version__),
         uptime=_duration(time.time() - STARTED),

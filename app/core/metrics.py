@@ -43,8 +43,9 @@ listener_lag_envelopes = Gauge(
     "xmtp_push_listener_lag_envelopes",
     "Envelopes the node has shown (its newest per originator) that are not queued yet",
 )
-# 0: not connected (connecting or backing off), 1: catching up, 2: live on the firehose
-listener_state = Gauge("xmtp_push_listener_state", "0 connecting, 1 catching up, 2 live")
+# 0: not connected (connecting or backing off), 1: catching up, 2: live on the firehose, 3: stopped
+# cleanly (set as the process ends)
+listener_state = Gauge("xmtp_push_listener_state", "0 connecting, 1 catching up, 2 live, 3 stopped")
 
 # The backlog, read from the queue at scrape time by any process that sees it (dashboards take max).
 queue_oldest_seconds = Gauge(

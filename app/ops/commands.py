@@ -107,6 +107,8 @@ def run_stats(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def format_stats(stats: Stats) -> str:
+    from app.ops.stats import listener_summary
+
     lines = ["recipients:"]
     lines += [f"  {channel:<6} {count}" for channel, count in stats.recipients.items()]
     lines.append(f"subscriptions: {stats.subscriptions}")
@@ -121,8 +123,9 @@ def format_stats(stats: Stats) -> str:
         lines.append("  none")
     for channel, counts in stats.outcomes.items():
         lines.append(f"  {channel:<6} " + ", ".join(f"{o} {n}" for o, n in sorted(counts.items())))
-    if stats.listener is not None:
-        lines.append(f"listener lag: {stats.listener.lag_seconds:.1f} s")
+    lines.append("credentials refused, last hour:")
+    lines += [f"  {channel:<6} {count}" for channel, count in stats.credentials_refused.items()] or ["  none"]
+    lines.append(f"listener: {listener_summary(stats.listener, stats.generated)[0]}")
     return "\n".join(lines)
 
 

@@ -17,6 +17,8 @@ CHANNELS = tuple(c for c in Channel if c is not Channel.UNSPECIFIED)
 CHANNEL_LABELS = tuple(c.label for c in CHANNELS)
 # Final outcomes that are not a delivery (suppressed is neither: nothing was sent).
 FAILURES = ("failed", "rejected", "mismatch", "dead")
+# A listener that has not reported for this long is shown as not reporting.
+LISTENER_STALE_SECONDS = 120.0
 
 
 @dataclass(slots=True)
@@ -80,3 +82,18 @@ def _totals(minutes: list[MinuteCount]) -> dict[str, dict[str, int]]:
     for item in minutes:
         totals.setdefault(item.channel, Counter())[item.outcome] += item.count
     return {channel: dict(counts) for channel, counts in sorted(totals.items())}
+
+
+def listener_summary(listener: ListenerState | None, now: float) -> tuple[str, str]:
+    """The listener in words, and how it fares: `ok`, `warn`, `bad`, or `off` (not running, by choice)."""
+    if listener is None:
+        return "not configured: no listener has reported (run `xmtp-push listen`)", "off"
+    age = now - listener.updated
+    if listener.state == "stopped":
+        return f"stopped {age:.0f} s ago (a clean stop)", "off"
+    if age > LISTENER_STALE_SECONDS:
+        return f"not reporting for {age:.0f} s (last seen {listener.state.replace('_', ' ')})", "bad"
+    if listener.state == "live":
+        lag = f"{listener.lag_seconds:.1f} s, {listener.lag_envelopes} envelopes past the stored cursor"
+        return f"live, lag {lag}", "ok"
+    return f"{listener.state.replace('_', ' ')} (lag {listener.lag_seconds:.1f} s)", "warn"

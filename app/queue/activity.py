@@ -39,7 +39,8 @@ class MinuteCount:
     count: int
 
 
-LISTENER_STATES = ("connecting", "catching_up", "live")
+# "stopped": the listener ended cleanly (a crash leaves its last state, which then goes stale).
+LISTENER_STATES = ("connecting", "catching_up", "live", "stopped")
 
 
 @dataclass(frozen=True, slots=True)
