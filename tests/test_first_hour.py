@@ -16,7 +16,19 @@ from tests.test_cli import clean_env, dev_env, free_port, run, started, stop, wa
 from tests.test_first_hint import section
 from tests.test_webhook_contract import table
 
-COMMANDS = ("dev", "api", "worker", "listen", "migrate", "marmot", "gateway", "send-test", "stats", "config")
+COMMANDS = (
+    "dev",
+    "api",
+    "worker",
+    "listen",
+    "migrate",
+    "marmot",
+    "gateway",
+    "send-test",
+    "stats",
+    "config",
+    "healthcheck",
+)
 
 
 def help_entries(text: str) -> dict[str, str]:

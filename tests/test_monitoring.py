@@ -17,11 +17,13 @@ import yaml
 from prometheus_client import REGISTRY
 
 import app.core.metrics  # noqa: F401  (registers every metric we export)
+from app.ops.healthcheck import served_command
 from tests import pipeline_support
 from tests.ops_support import (
     ROOT,
     channel_env,
     child_env,
+    command,
     compose_config,
     example_env,
     free_port,
@@ -213,3 +215,45 @@ async def test_the_workers_and_the_listener_are_checked_on_their_metrics_port(
             result = await run_child([sys.executable, "-c", check[3]], child_env(metrics_port=str(port)))
             assert (result.returncode == 0) is healthy, result
             assert await worker.stop() == 0, worker.output()
+
+
+def test_the_health_check_reads_the_command_of_the_main_process() -> None:
+    assert served_command(["/usr/local/bin/python", "/usr/local/bin/xmtp-push", "worker"]) == "worker"
+    assert served_command(["/sbin/docker-init", "--", "xmtp-push", "--debug", "listen"]) == "listen"
+    assert served_command(["python", "-m", "workers.cli", "marmot"]) == "marmot"
+    assert served_command(["/sbin/init", "splash"]) is None
+    assert served_command([]) is None
+
+
+async def test_the_image_checks_the_port_its_command_serves(postgresql_url: str, redis_url: str) -> None:
+    """The image's HEALTHCHECK, run as Docker would inside a container of a worker, of the API, and of a
+    worker whose Redis does not answer: the worker is asked on its metrics port, the API on its HTTP
+    port (nothing else listens on either)."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    found = re.search(r"^HEALTHCHECK .*\\\n\s+CMD (\[.*\])$", dockerfile, re.MULTILINE)
+    assert found, "no HEALTHCHECK in exec form"
+    check = json.loads(found.group(1))
+    assert check[0] == "xmtp-push"
+    ports = {"http_port": str(free_port()), "metrics_port": str(free_port())}
+    grpc = {"grpc_port": str(free_port())}
+    ready = channel_env(postgresql_url, redis_url=redis_url, **ports, **grpc)
+    unready = channel_env(postgresql_url, redis_url=f"redis://127.0.0.1:{free_port()}/0", **ports, **grpc)
+    cases = (
+        (["worker"], ready, "metrics_port", True),
+        (["api"], ready, "http_port", True),
+        (["worker"], unready, "metrics_port", False),
+    )
+    for args, env, port, healthy in cases:
+        async with child(args[0], args, env) as process:
+            await wait_answering(f"http://127.0.0.1:{ports[port]}/healthz")
+            pid = str(process.process.pid)
+            result = await run_child([*command(), *check[1:], "--pid", pid], env)
+            assert (result.returncode == 0) is healthy, (result, process.output())
+            setting = f"XMTP_PUSH_{port.upper()} ({ports[port]})"
+            verdict = "is ready" if healthy else "/readyz answered 503"
+            assert (
+                result.stdout.strip()
+                == f"{'ok' if healthy else 'unhealthy'}: `{args[0]}` on {setting}"
+                + (f" {verdict}" if healthy else f": {verdict}")
+            ), result
+            assert await process.stop() == 0, process.output()

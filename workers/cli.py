@@ -191,6 +191,7 @@ def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
         "send-test": commands.run_send_test,
         "stats": commands.run_stats,
         "config": commands.run_config_check,
+        "healthcheck": commands.run_healthcheck,
     }[args.command]
     with expected_failures(settings):
         return runner(settings, args)

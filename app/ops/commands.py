@@ -26,6 +26,10 @@ HELP = {
     "stats": "recipients, subscriptions, queue depths and the last hour's delivery outcomes",
     "config": "configuration tools (config check)",
     "check": "validate configuration, credentials and dependencies; serve nothing",
+    "healthcheck": (
+        "ask the port the running command serves for /readyz (the image's health check): exit 0 when "
+        "ready, 1 otherwise"
+    ),
 }
 
 
@@ -45,6 +49,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
         dest="config_command", required=True, metavar="COMMAND"
     )
     add(config_commands, "check")
+    health = add(commands, "healthcheck")
+    health.add_argument(
+        "--pid",
+        type=int,
+        default=1,
+        help="the process whose command is checked (default 1: a container's main process)",
+    )
 
 
 def _bytes_argument(value: str, name: str) -> bytes:
@@ -127,6 +138,14 @@ def format_stats(stats: Stats) -> str:
     lines += [f"  {channel:<6} {count}" for channel, count in stats.credentials_refused.items()] or ["  none"]
     lines.append(f"listener: {listener_summary(stats.listener, stats.generated)[0]}")
     return "\n".join(lines)
+
+
+def run_healthcheck(settings: Settings, args: argparse.Namespace) -> int:
+    from app.ops.healthcheck import check, process_arguments, served_command
+
+    verdict = check(settings, served_command(process_arguments(args.pid)))
+    print(verdict.line)
+    return 0 if verdict.healthy else 1
 
 
 def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
