@@ -9,14 +9,19 @@ from app.core import metrics
 
 
 class ProviderHealth:
-    """What one provider has learnt of its credentials and connections."""
+    """What one provider has learnt of its credentials and connections. A channel that sends with no
+    credentials of its own (webhooks) has no credential gauges, and one whose client does not tell
+    the connections it opens (FCM's) no count of them: no number stands for what is not known."""
 
-    def __init__(self, channel: str, app: str) -> None:
-        self._ok = metrics.credentials_ok.labels(channel, app)
-        self._refused = metrics.credentials_refused_total.labels(channel, app)
+    def __init__(self, channel: str, app: str, *, credentials: bool = True, connects: bool = True) -> None:
+        self._channel, self._app = channel, app
         self._connections = metrics.provider_connections.labels(channel, app)
-        self._connects = metrics.provider_connects_total.labels(channel, app)
-        self._ok.set(1)  # not judged yet: not known bad
+        if connects:
+            self._connects = metrics.provider_connects_total.labels(channel, app)
+        if credentials:
+            self._ok = metrics.credentials_ok.labels(channel, app)
+            self._refused = metrics.credentials_refused_total.labels(channel, app)
+            self._ok.set(1)  # not judged yet: not known bad
 
     def accepted(self) -> None:
         """An answer that took the credentials (a delivery, or any verdict on the push itself)."""
@@ -30,5 +35,8 @@ class ProviderHealth:
     def connected(self) -> None:
         self._connects.inc()
 
-    def connections(self, count: int) -> None:
+    def connections(self, count: int, in_use: int | None = None) -> None:
+        """Connections open, and of them those carrying a request when the client tells it."""
         self._connections.set(count)
+        if in_use is not None:
+            metrics.provider_connections_in_use.labels(self._channel, self._app).set(in_use)

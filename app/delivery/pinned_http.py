@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextvars
 import socket
 import ssl
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -50,10 +52,35 @@ def _resolve_result(host: str, address: str, port: int) -> ResolveResult:
     return {"hostname": host, "host": address, "port": port, "family": family, "proto": 0, "flags": 0}
 
 
-def pinned_session(max_connections: int) -> aiohttp.ClientSession:
+class CountingConnector(aiohttp.TCPConnector):
+    """A connector that tells each connection it opens, and how many it holds.
+
+    aiohttp counts neither in public: this hooks `_create_connection` and reads the pool's
+    `_acquired` and `_conns` (aiohttp 3.14, pinned). A tracing signal would tell the openings too, but
+    costs every request a trace object and several awaits."""
+
+    def __init__(self, on_connect: Callable[[], None], **options: Any) -> None:
+        super().__init__(**options)
+        self._on_connect = on_connect
+
+    async def _create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        protocol = await super()._create_connection(*args, **kwargs)
+        self._on_connect()
+        return protocol
+
+    def counts(self) -> tuple[int, int]:
+        """(open, in use): connections carrying a request (or being opened for one), plus those kept
+        alive for the next."""
+        in_use = len(self._acquired)
+        return in_use + sum(len(kept) for kept in self._conns.values()), in_use
+
+
+def pinned_session(max_connections: int, on_connect: Callable[[], None]) -> aiohttp.ClientSession:
     """A session that resolves only pinned addresses, with no timeout of its own (callers bound each
-    attempt with `Deadlines`), no decompression and no User-Agent."""
-    connector = aiohttp.TCPConnector(
+    attempt with `Deadlines`), no decompression and no User-Agent; `on_connect` is called for each
+    connection it opens."""
+    connector = CountingConnector(
+        on_connect,
         resolver=PinnedResolver(),
         use_dns_cache=False,
         limit=max_connections,
@@ -66,6 +93,14 @@ def pinned_session(max_connections: int) -> aiohttp.ClientSession:
         auto_decompress=False,
         skip_auto_headers=("User-Agent",),
     )
+
+
+def connection_counts(session: aiohttp.ClientSession) -> tuple[int, int]:
+    """(open, in use) of a pinned session's connections; none once it is closed."""
+    connector = session.connector
+    if not isinstance(connector, CountingConnector) or connector.closed:
+        return 0, 0
+    return connector.counts()
 
 
 async def read_answer(response: aiohttp.ClientResponse) -> None:

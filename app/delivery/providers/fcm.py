@@ -187,6 +187,18 @@ class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[mi
             data["message"] = merged(base_fields, data["message"])
         return data
 
+    def connection_counts(self) -> tuple[int, int]:
+        """(open, in use): the connections of httpx's pools under the client, read through
+        firebase-admin's transports (`_mounts`, `_wrapped_transport`) and httpx's (`_pool`), then
+        httpcore's public `connections`; firebase-admin 7.7 and httpx 0.28, pinned."""
+        connections = [
+            connection
+            for transport in self._async_client._mounts.values()
+            for connection in transport._wrapped_transport._pool.connections
+            if not connection.is_closed()
+        ]
+        return len(connections), sum(1 for connection in connections if not connection.is_idle())
+
 
 class FcmProvider:
     channel = "fcm"
@@ -210,7 +222,7 @@ class FcmProvider:
         # google-auth's HTTP transport, with our timeout in place of its 120 s default.
         self._auth_request = functools.partial(google_auth_requests.Request(), timeout=timeout_seconds)
         self._refreshing = asyncio.Lock()
-        self._health = ProviderHealth(self.channel, app)
+        self._health = ProviderHealth(self.channel, app, connects=False)  # httpx does not tell them
         self._refreshes = {
             result: metrics.fcm_token_refreshes_total.labels(app, result) for result in ("ok", "failed")
         }
@@ -263,7 +275,7 @@ class FcmProvider:
         return DELIVERED if error is None else outcome_for_error(error)
 
     def sample_gauges(self) -> None:
-        return None  # connections are httpx's, not counted; credentials are judged as answers come
+        self._health.connections(*self._service.connection_counts())  # credentials: as answers come
 
     async def close(self) -> None:
         await self._service._async_client.aclose()

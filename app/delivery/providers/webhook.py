@@ -16,8 +16,9 @@ import aiohttp
 
 from app.core import metrics
 from app.delivery.deadlines import Deadlines
+from app.delivery.health import ProviderHealth
 from app.delivery.host_guard import HostGuard
-from app.delivery.pinned_http import TRANSIENT_ERRORS, pin, pinned_session, read_answer
+from app.delivery.pinned_http import TRANSIENT_ERRORS, connection_counts, pin, pinned_session, read_answer
 from app.delivery.provider import DEFAULT_APP
 from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Outcome, OutcomeKind, Push, deferred
 from app.delivery.url_policy import (
@@ -93,7 +94,9 @@ class WebhookProvider:
         self._lookups = SharedLookups()
         # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
         self._deadlines = Deadlines(timeout_seconds)
-        self._session = pinned_session(max_connections)
+        # Receivers' own keys sign nothing of ours: there are no credentials to judge.
+        self._health = ProviderHealth(self.channel, app, credentials=False)
+        self._session = pinned_session(max_connections, self._health.connected)
 
     @classmethod
     def from_config(
@@ -138,6 +141,7 @@ class WebhookProvider:
 
     def sample_gauges(self) -> None:
         metrics.webhook_parked_hosts.set(self._hosts.parked())
+        self._health.connections(*connection_counts(self._session))
 
     async def close(self) -> None:
         await self._session.close()

@@ -21,7 +21,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -30,7 +30,8 @@ from pywebpush import WebPusher, WebPushException
 
 from app.delivery.credentials import WebPushCredentials
 from app.delivery.deadlines import Deadlines
-from app.delivery.pinned_http import TRANSIENT_ERRORS, pin, pinned_session, read_answer
+from app.delivery.health import ProviderHealth
+from app.delivery.pinned_http import TRANSIENT_ERRORS, connection_counts, pin, pinned_session, read_answer
 from app.delivery.provider import DEFAULT_APP
 from app.delivery.types import (
     DEAD,
@@ -60,6 +61,12 @@ RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
     (range(500, 600), TRANSIENT),
 )
 RETRY_AFTER_STATUSES = frozenset({429, 503})  # TRANSIENT, after the service's Retry-After
+# A push service refusing the VAPID authorization (RFC 8292 section 4.1: 401 a token that does not
+# verify, 403 a key other than the subscription's); told as refused credentials when the service is
+# one the app lists (allowed_endpoints): anyone's endpoint could answer so.
+VAPID_REFUSED_STATUSES = frozenset({401, 403})
+# Our VAPID key would not sign a token.
+KEY_REFUSED = replace(REJECTED, credentials_refused=True)
 MAX_RETRY_AFTER_SECONDS = 3600.0
 # Keys that cannot be encrypted to (not a P-256 point, an auth secret that is not 16 bytes): the
 # subscription can never receive a push.
@@ -184,7 +191,10 @@ class WebPushProvider:
         self._tokens = VapidTokens(config.credentials)
         self._lookups = SharedLookups()
         self._deadlines = Deadlines(timeout_seconds)
-        self._session = pinned_session(config.credentials.max_connections)
+        # The VAPID key is loaded (load_webpush signed with it once): not known bad.
+        self._health = ProviderHealth(self.channel, app)
+        self._judges_key = bool(config.credentials.allowed_endpoints)
+        self._session = pinned_session(config.credentials.max_connections, self._health.connected)
 
     async def send(self, push: Push) -> Outcome:
         keys, payload = push.extras, push.payload
@@ -204,7 +214,8 @@ class WebPushProvider:
         try:
             headers = self._headers(push, origin_of(push.address))
         except VapidException:
-            return REJECTED
+            self._health.refused()
+            return KEY_REFUSED
         pin(checked)
         try:
             with self._deadlines.bound():
@@ -212,11 +223,21 @@ class WebPushProvider:
                     push.address, data=body, headers=headers, allow_redirects=False
                 ) as response:
                     await read_answer(response)
-                    return outcome_for_status(response.status, response.headers.get("retry-after"))
+                    outcome = outcome_for_status(response.status, response.headers.get("retry-after"))
         except TRANSIENT_ERRORS:
             return TRANSIENT
         except aiohttp.ClientError:
             return REJECTED
+        return self._judged(response.status, outcome) if self._judges_key else outcome
+
+    def _judged(self, status: int, outcome: Outcome) -> Outcome:
+        """An answer of a listed push service: whether it took the VAPID authorization."""
+        if status in VAPID_REFUSED_STATUSES:
+            self._health.refused()
+            return replace(outcome, credentials_refused=True)
+        if outcome.kind is OutcomeKind.DELIVERED:
+            self._health.accepted()
+        return outcome
 
     def _headers(self, push: Push, origin: str) -> dict[str, str]:
         ttl = self._ttl if push.expires_at is None else str(max(0, push.expires_at - int(time.time())))
@@ -232,7 +253,7 @@ class WebPushProvider:
         return headers
 
     def sample_gauges(self) -> None:
-        return None  # no connection pool or token of its own to tell (VAPID tokens are signed per origin)
+        self._health.connections(*connection_counts(self._session))
 
     async def close(self) -> None:
         await self._session.close()
