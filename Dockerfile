@@ -33,8 +33,8 @@ ENV XMTP_PUSH_HTTP_HOST=0.0.0.0 \
 # 9464: `worker` and `listen` serve /healthz, /readyz and /metrics there (XMTP_PUSH_METRICS_PORT).
 EXPOSE 8080 50051 9464
 
-# Readiness on the port of the command the container runs: XMTP_PUSH_HTTP_PORT for api, dev and marmot,
-# XMTP_PUSH_METRICS_PORT for worker and listen.
+# Readiness on the port of the command the container runs: XMTP_PUSH_HTTP_PORT for api, dev, gateway
+# and marmot, XMTP_PUSH_METRICS_PORT for worker and listen.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=15s --retries=3 \
     CMD ["xmtp-push", "healthcheck"]
 

@@ -1,10 +1,10 @@
 """`xmtp-push healthcheck`: the image's health check, whichever command the container runs.
 
 Docker runs one HEALTHCHECK for every container of an image, but the commands serve their probes on
-different ports: `api`, `dev`, `marmot` (and any other server) on XMTP_PUSH_HTTP_PORT, `worker` and
-`listen` on XMTP_PUSH_METRICS_PORT. So the check reads which command the container's main process
-runs (its arguments, from /proc: PID 1, or the child of `docker run --init`'s init, which names it
-too) and asks that command's port for /readyz.
+different ports: `api`, `dev`, `gateway`, `marmot` (and any other server) on XMTP_PUSH_HTTP_PORT,
+`worker` and `listen` on XMTP_PUSH_METRICS_PORT. So the check reads which command the container's main
+process runs (its arguments, from /proc: PID 1, or the child of `docker run --init`'s init, which names
+it too) and asks that command's port for /readyz.
 """
 
 from __future__ import annotations
