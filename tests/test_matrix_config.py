@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from app.core.config import SettingsError
+from app.core.config import Settings, SettingsError
 from app.delivery.types import OutcomeKind
 from app.matrix.apps import AppTable, glob_pattern
 from app.matrix.config import APP_TYPES, load_gateway_config
@@ -35,6 +35,7 @@ from tests.matrix_support import (
 from tests.ops_support import tls  # noqa: F401  (the module-scoped TLS files, bound by name)
 
 SECRET = "do-not-print-me"
+SETTINGS = Settings(database_url="sqlite+aiosqlite:///unused.db")
 ENDPOINT = "https://127.0.0.1:9"
 
 
@@ -387,8 +388,8 @@ def test_the_gateway_command_needs_matrix_apps(
 def test_config_check_reports_the_matrix_apps(tmp_path: Path, files: tuple[str, str]) -> None:
     keyfile, account = files
     good = write_config(tmp_path, {"a": apns_values(keyfile), "b": gcm_values(account)})
-    assert matrix_check(good) == Check("matrix apps", True, "2 app(s): apns, gcm")
+    assert matrix_check(good, SETTINGS) == Check("matrix apps", True, "2 app(s): apns, gcm")
     bad = write_config(tmp_path, {"a": apns_values(keyfile, team_id=None)})
-    assert matrix_check(bad) == Check(
+    assert matrix_check(bad, SETTINGS) == Check(
         "matrix apps", False, "XMTP_PUSH_MATRIX_APPS: apps.a.team_id: required", INVALID_CONFIGURATION
     )

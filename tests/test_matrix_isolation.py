@@ -4,6 +4,7 @@ duplicate memory shared through Redis by two gateway processes. Real HTTP and th
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -149,3 +150,18 @@ async def test_redis_down_sends_rather_than_fails(config_path: str, apns: FakeAp
             response = await gateway.notify(body)
             assert (response.status_code, response.json()) == (200, {"rejected": []})
     assert len(apns.requests) == 2  # no memory to share: sent each time, never refused
+
+
+async def test_the_timeout_counts_from_the_requests_arrival(gateway: RunningGateway) -> None:
+    body = json.dumps({"notification": notification(HUNG)}).encode()
+
+    async def slowly() -> AsyncIterator[bytes]:
+        for index in range(0, len(body), len(body) // 4 + 1):  # the body takes over a second to arrive
+            yield body[index : index + len(body) // 4 + 1]
+            await asyncio.sleep(0.3)
+
+    started = time.monotonic()
+    response = await gateway.http.post("/_matrix/push/v1/notify", content=slowly())
+    elapsed = time.monotonic() - started
+    assert response.status_code == 502
+    assert 1.2 < elapsed < TIMEOUT + 0.5  # the body's time and the sending's share one timeout

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from app.matrix.apns import alert_for, payload_for
+from app.matrix.duplicates import ProcessMemory, delivery_key
 from app.matrix.gcm import data_for
 from app.matrix.notification import Device, Notification
 from app.matrix.truncation import BodyTooLong, shortened_body
@@ -157,3 +158,19 @@ def test_fcm_fields_are_cut_at_1024_bytes_on_a_character_boundary() -> None:
     assert data["room_name"] == "é" * 510 + "…"  # 1020 bytes of whole characters, then the mark
     assert data["content_body"] == "€" * 340 + "…"
     assert "content_n" not in data and "unread" not in data and "missed_calls" not in data
+
+
+async def test_the_process_memory_forgets_after_its_window_and_past_its_limit() -> None:
+    now = [0.0]
+    memory = ProcessMemory(window=600, limit=3, clock=lambda: now[0])
+    first, second = delivery_key("app", "key", "$1"), delivery_key("app", "key", "$2")
+    assert first != second and first != delivery_key("app", "key$", "1")  # parts cannot run together
+    await memory.remember(first)
+    now[0] = 599.0
+    assert await memory.delivered(first) and not await memory.delivered(second)
+    now[0] = 600.5
+    assert not await memory.delivered(first)  # ten minutes on
+    for index in range(5):
+        await memory.remember(delivery_key("app", "key", f"${index}"))
+    assert not await memory.delivered(delivery_key("app", "key", "$0"))  # the oldest went first
+    assert await memory.delivered(delivery_key("app", "key", "$4"))

@@ -8,6 +8,7 @@ apps are configured (XMTP_PUSH_MATRIX_APPS).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -120,6 +121,7 @@ async def _notify(request: Request) -> JSONResponse:
     gateway: Gateway | None = request.app.state.gateway
     if gateway is None:
         return _error(404, "M_UNRECOGNIZED", "Unrecognized request: no push gateway apps are configured")
+    arrived_at = asyncio.get_running_loop().time()  # one timeout for the body and the sending
     try:
         body = await read_body(request, MAX_BODY_BYTES, gateway.timeout_seconds)
         notification = parse_notification(body)
@@ -130,7 +132,7 @@ async def _notify(request: Request) -> JSONResponse:
     except BadNotification as error:
         log.info("notify refused: %s", error)  # names the field, never a value
         return _error(400, error.errcode, str(error))
-    answer = await gateway.notify(notification)
+    answer = await gateway.notify(notification, arrived_at)
     if answer.status != 200:
         return _error(answer.status, "M_UNKNOWN", "a device could not be notified; try again later")
     return JSONResponse({"rejected": answer.rejected})

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 DUPLICATE_WINDOW_SECONDS = 600
-MEMORY_LIMIT = 1_000_000  # keys kept in a process at most (16 bytes each, plus the dict's own)
+MEMORY_LIMIT = 250_000  # keys kept in a process at most (about 125 bytes each): past it the oldest go first
 REDIS_PREFIX = "xmtp-push:matrix:delivered:"
 REDIS_CALL_SECONDS = 0.5
 

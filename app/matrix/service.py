@@ -69,8 +69,11 @@ class Gateway:
         """Every app has its provider built (readiness of `xmtp-push gateway`)."""
         return all(self.providers.get(app.channel, app.provider_app) for app in self.apps.apps)
 
-    async def notify(self, notification: Notification) -> NotifyAnswer:
-        deadline = asyncio.get_running_loop().time() + self.timeout_seconds - ANSWER_MARGIN_SECONDS
+    async def notify(self, notification: Notification, arrived_at: float | None = None) -> NotifyAnswer:
+        """`arrived_at`: the event loop's time when the request arrived (its body read since counts
+        against the same timeout); now when not given."""
+        loop = asyncio.get_running_loop()
+        deadline = (arrived_at or loop.time()) + self.timeout_seconds - ANSWER_MARGIN_SECONDS
         devices = notification.devices
         if len(devices) == 1:  # what homeservers send: no task per device
             results = [await self._device(notification, devices[0], deadline)]

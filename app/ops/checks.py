@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 from app.core.config import Settings, SettingsError
 from app.core.migrations import alembic_config
 from app.delivery.credentials import apns_credentials, fcm_credentials
+from app.delivery.url_policy import UrlPolicy
 from app.matrix.config import load_gateway_config
 from app.ops.failures import (
     CHECK_FAILED,
@@ -48,7 +49,7 @@ def channel_checks(settings: Settings) -> list[Check]:
             checks.append(Check(name, False, str(error), INVALID_CONFIGURATION))
     checks.append(Check("channel http", True, "configured" if settings.http_enabled else "not configured"))
     if settings.matrix_apps:
-        checks.append(matrix_check(settings.matrix_apps))
+        checks.append(matrix_check(settings.matrix_apps, settings))
     return checks
 
 
@@ -66,10 +67,10 @@ def channel_warnings(settings: Settings) -> list[Check]:
     return [Check("channels", True, NO_CHANNEL)]
 
 
-def matrix_check(path: str) -> Check:
+def matrix_check(path: str, settings: Settings) -> Check:
     """The Matrix gateway's apps (XMTP_PUSH_MATRIX_APPS), credentials loaded; only when set."""
     try:
-        config = load_gateway_config(path)
+        config = load_gateway_config(path, UrlPolicy.from_settings(settings))
     except SettingsError as error:
         return Check("matrix apps", False, str(error), INVALID_CONFIGURATION)
     types = sorted({app.type for app in config.apps.apps})
