@@ -16,7 +16,7 @@ One run:
    gateway process's alone (the load generator's is not counted);
 5. the soak: the same load for `--duration` seconds (default 20; 300 for the five-minute run), the
    gateway's resident memory read every second. Every delivered notification is remembered for ten
-   minutes to drop a homeserver's repeats (up to a million keys), so memory grows with the requests
+   minutes to drop a homeserver's repeats (up to 250,000 keys), so memory grows with the requests
    of the last ten minutes by design; the verdict is on what grows beyond that: the growth after the
    first fifth of the soak, less what the remembered keys take (measured in this process).
 
