@@ -41,6 +41,7 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
     app.include_router(matrix.router)
     app.include_router(health.router)
     app.include_router(status.router)
+    app.add_middleware(matrix.NotifyFastPath)
     return app
 
 
@@ -58,4 +59,5 @@ def create_gateway_app(gateway: Gateway) -> FastAPI:
     app.state.probes = Probes({"providers": gateway.providers_ready})
     app.include_router(matrix.router)
     app.include_router(health.router)
+    app.add_middleware(matrix.NotifyFastPath)
     return app

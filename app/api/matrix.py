@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
 from app.core.metrics import matrix_notifications_total, matrix_notify_seconds
@@ -106,6 +107,23 @@ _OPENAPI = {
         ),
     },
 }
+
+
+class NotifyFastPath:
+    """Answers POST /_matrix/push/v1/notify ahead of the router: a homeserver's every notification
+    comes here, and the router's matching, dependency solving and per-route wrappers cost about a
+    fifth of the gateway's CPU per request. The route below stays for the OpenAPI document and
+    answers the same when this is not installed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == NOTIFY_PATH and scope["method"] == "POST":
+            response = await notify(Request(scope, receive))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 @router.post(NOTIFY_PATH, summary="Matrix Push Gateway API: notify devices", openapi_extra=_OPENAPI)
