@@ -9,6 +9,8 @@ workers), its fanout scenario (redis, 100,000 subscribers) and latency scenario 
 `python -m bench marmot`), and matrix (the Matrix gateway against a bare aioapns loop). Each is its own `python -m bench.<script>` process writing its numbers with
 `--json`; the whole output of each goes to DIR/logs/, its numbers to DIR/data/. Writes DIR/report.md
 (the machine, one table per benchmark with the command that reproduces it) and DIR/throughput-latency.png.
+Naming benchmarks (`--only`, NAME) updates their sections only: the report keeps every other benchmark's
+section from the numbers DIR/data/ holds from an earlier run, each with its own date.
 Progress goes to stderr. `--quick` runs small sizes and short durations: a smoke run of a few minutes.
 """
 
@@ -33,6 +35,7 @@ from bench.suite import (
     run_step,
     select,
     verdict_counts,
+    with_earlier_runs,
 )
 
 
@@ -107,10 +110,20 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"{len(steps)} benchmark(s){' (quick)' if args.quick else ''}; report in {out}")
     started = time.monotonic()
     runs = run_all(args, steps, out)
+    updated = [run.step.name for run in runs] if args.only else None
+    if updated is not None:  # a report of some benchmarks: the others' sections are kept
+        runs = with_earlier_runs(runs, out / "data", out / "logs")
     title = f"xmtp-push benchmarks, {machine.date}" + (" (quick mode)" if args.quick else "")
     plot_note = write_plot(runs, out, title)
     report = render(
-        machine, runs, out, suite_command(args), args.quick, plot_note, time.monotonic() - started
+        machine,
+        runs,
+        out,
+        suite_command(args),
+        args.quick,
+        plot_note,
+        time.monotonic() - started,
+        updated,
     )
     (out / "report.md").write_text(report)
     progress(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import platform
 import subprocess
@@ -117,7 +118,10 @@ def relative(path: Path, out: Path) -> str:
 def step_section(run: StepRun, out: Path) -> list[str]:
     lines = [f"## {run.step.name}: {run.step.title}", ""]
     log = relative(run.log, out)
-    lines.append(f"{run.seconds:.0f} s, exit {run.exit_code}; full output: [{log}]({log}). Reproduce:")
+    when = f"ran {run.finished}; " if run.finished else ""
+    lines.append(
+        f"{when}{_seconds(run.seconds)}, exit {run.exit_code}; full output: [{log}]({log}). Reproduce:"
+    )
     lines += ["", "```sh", run.command, "```", ""]
     if run.results is None:
         lines += ["**No results**: the run ended before writing them; see the end of its log.", ""]
@@ -131,10 +135,13 @@ def step_section(run: StepRun, out: Path) -> list[str]:
     return lines
 
 
+def _seconds(seconds: float) -> str:
+    return "? s" if math.isnan(seconds) else f"{seconds:.0f} s"
+
+
 def overview(runs: Sequence[StepRun]) -> list[str]:
     rows = [
-        (f"[{r.step.name}](#{anchor(r)})", r.step.title, verdict_counts(r), f"{r.seconds:.0f} s")
-        for r in runs
+        (f"[{r.step.name}](#{anchor(r)})", r.step.title, verdict_counts(r), _seconds(r.seconds)) for r in runs
     ]
     return [*table(("benchmark", "what", "verdicts", "time"), rows), ""]
 
@@ -154,6 +161,7 @@ def render(
     quick: bool,
     plot_note: str | None,
     total_seconds: float,
+    updated: Sequence[str] | None = None,
 ) -> str:
     mode = (
         "quick mode: small sizes and short durations, a smoke run whose numbers are not comparable with "
@@ -161,10 +169,16 @@ def render(
         if quick
         else "full sizes and durations"
     )
+    ran = f"{len(runs)} benchmark(s) in {total_seconds / 60:.1f} min."
+    if updated is not None:
+        ran = (
+            f"updated {', '.join(updated)} in {total_seconds / 60:.1f} min; the other sections are kept from "
+            "earlier runs (each section gives when it ran; the machine below is the latest run's)."
+        )
     lines = [
         "# xmtp-push benchmarks",
         "",
-        f"{machine.date}, `{suite_command}` ({mode}); {len(runs)} benchmark(s) in {total_seconds / 60:.1f} min.",
+        f"{machine.date}, `{suite_command}` ({mode}); {ran}",
         "Each benchmark ran as its own process on a fresh PostgreSQL database (created, migrated and dropped",
         "by the script) and, where it uses Redis, a dedicated flushed Redis database.",
         "",

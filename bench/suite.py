@@ -7,6 +7,8 @@ and drops its own PostgreSQL database, so each step starts on a fresh one.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shlex
 import subprocess
@@ -190,6 +192,7 @@ class StepRun:
     exit_code: int
     log: Path
     results: dict[str, Any] | None  # the script's --json document; None when it wrote none
+    finished: str = ""  # when it ended, UTC ("" when not known)
 
     @property
     def ok(self) -> bool:
@@ -238,7 +241,52 @@ def run_step(step: Step, quick: bool, data_dir: Path, log_dir: Path, label: str)
         code = _wait(process, lambda s: progress(f"{label} {step.name}: running, {s:.0f} s"))
     seconds = time.monotonic() - started
     results = read(str(json_path)) if json_path.exists() else None
-    return StepRun(step, command, seconds, code, log_path, results)
+    run = StepRun(
+        step, command, seconds, code, log_path, results, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    )
+    _run_path(data_dir, step).write_text(
+        json.dumps({"command": command, "seconds": seconds, "exit_code": code, "finished": run.finished})
+    )
+    return run
+
+
+def _run_path(data_dir: Path, step: Step) -> Path:
+    return data_dir / f"{step.name}.run.json"
+
+
+def earlier_run(step: Step, data_dir: Path, log_dir: Path) -> StepRun | None:
+    """The step's run kept in the report folder by an earlier `python -m bench`, if its numbers are
+    there: how a report is updated for the benchmarks run now and keeps the others."""
+    json_path, log_path = data_dir / f"{step.name}.json", log_dir / f"{step.name}.log"
+    if not json_path.exists():
+        return None
+    meta: dict[str, Any] = {"command": "", "seconds": math.nan, "exit_code": 0, "finished": ""}
+    if _run_path(data_dir, step).exists():
+        meta.update(json.loads(_run_path(data_dir, step).read_text()))
+    elif log_path.exists():  # older folders: the log's first line is the command
+        with open(log_path) as log:
+            meta["command"] = log.readline().removeprefix("$ ").strip()
+    return StepRun(
+        step,
+        meta["command"],
+        meta["seconds"],
+        meta["exit_code"],
+        log_path,
+        read(str(json_path)),
+        meta["finished"],
+    )
+
+
+def with_earlier_runs(runs: Sequence[StepRun], data_dir: Path, log_dir: Path) -> list[StepRun]:
+    """Every default step (and each step run now) in the suite's order: the runs of now, and for the
+    others their earlier run where the folder holds one."""
+    now = {run.step.name: run for run in runs}
+    merged = []
+    for step in STEPS:
+        run = now.get(step.name) or (earlier_run(step, data_dir, log_dir) if step.default else None)
+        if run is not None:
+            merged.append(run)
+    return merged
 
 
 def verdict_counts(run: StepRun) -> str:
