@@ -428,4 +428,16 @@ async def test_credentials_refused_then_accepted_and_the_connection_gauges(
     provider.sample_gauges()
     assert sample("xmtp_push_provider_connects_total", **labels) == connects + 1
     assert sample("xmtp_push_provider_connections", **labels) == 1
+    assert sample("xmtp_push_provider_connections_in_use", **labels) == 0
+    unanswered = asyncio.create_task(provider.send(apns_push(hint(), device("slow.h1"))))
+    try:
+        for _ in range(300):  # until the request is on the wire and waits for its answer
+            provider.sample_gauges()
+            if sample("xmtp_push_provider_connections_in_use", **labels) == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert sample("xmtp_push_provider_connections_in_use", **labels) == 1
+    finally:
+        unanswered.cancel()
+        await asyncio.gather(unanswered, return_exceptions=True)
     assert 0 <= sample("xmtp_push_apns_token_age_seconds", app="default") < 5

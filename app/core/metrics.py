@@ -66,8 +66,7 @@ webhook_parked_hosts = Gauge("xmtp_push_webhook_parked_hosts", "Webhook hosts pa
 provider_connections = Gauge(
     "xmtp_push_provider_connections", "Connections open to the provider", ["channel", "app"]
 )
-# Where the provider's HTTP client tells it (FCM, webhooks, Web Push): connections carrying a request,
-# or being opened for one, now.
+# Connections carrying a request, or being opened for one, now.
 provider_connections_in_use = Gauge(
     "xmtp_push_provider_connections_in_use",
     "Connections to the provider carrying a request",

@@ -138,7 +138,9 @@ class ApnsProvider:
         return outcome_for(status, reason)
 
     def sample_gauges(self) -> None:
-        self._health.connections(len(self._pool.connections))
+        connections = self._pool.connections
+        # A connection carries a request while aioapns holds an answer pending on it.
+        self._health.connections(len(connections), sum(1 for c in connections if c.requests))
         if self._token is not None:  # none with certificate auth
             self._token_age.set(self._token.age())
 
