@@ -212,3 +212,59 @@ async def test_dev_runs_the_marmot_server_when_its_key_is_set(
             await delivered_once_subscribed(relay, key, apns)
             code, _, err = stop(process, signal.SIGTERM)
     assert code == 0, err
+
+
+# --------------------------------------------------------------------------- config check
+
+
+def test_config_check_reports_the_marmot_settings(tmp_path: Path) -> None:
+    """One `marmot` line: the key set or not (never its value), the relays' count, the channels its
+    pushes can use; a key `xmtp-push marmot` would refuse, or one it could not serve, fails."""
+    from app.core.config import Settings
+    from app.ops.checks import Check, marmot_check
+    from app.ops.failures import INVALID_CONFIGURATION
+
+    secret = secrets.token_bytes(32).hex()
+    relays = "wss://relay.example,ws://127.0.0.1:7000"
+    apns = {
+        "apns_key": app_keys.apns_key_pem(),
+        "apns_key_id": "KEYID12345",
+        "apns_team_id": "TEAMID1234",
+        "apns_bundle_id": "org.example.app",
+    }
+    fcm = {"fcm_service_account": app_keys.service_account()}
+
+    def check(**values: str) -> Check:
+        return marmot_check(Settings(**values))  # type: ignore[arg-type]
+
+    assert check() == Check(
+        "marmot", True, "not configured (XMTP_PUSH_MARMOT_SECRET_KEY not set), 0 relay(s)"
+    )
+    assert check(marmot_secret_key=secret, marmot_relays=relays, **apns, **fcm) == Check(
+        "marmot", True, "key set, 2 relay(s), pushes through apns, fcm"
+    )
+    key_file = tmp_path / "marmot.key"
+    key_file.write_text(ServerKey(bytes.fromhex(secret)).secret.hex() + "\n")
+    assert check(marmot_secret_key=str(key_file), marmot_relays=relays, **fcm) == Check(
+        "marmot", True, "key set, 2 relay(s), pushes through fcm"
+    )
+    no_relays = check(marmot_secret_key=secret, **apns)
+    assert no_relays == Check(
+        "marmot",
+        False,
+        "key set, 0 relay(s), pushes through apns: XMTP_PUSH_MARMOT_RELAYS is required",
+        INVALID_CONFIGURATION,
+    )
+    no_channel = check(marmot_secret_key=secret, marmot_relays=relays)
+    assert no_channel == Check(
+        "marmot",
+        False,
+        "key set, 2 relay(s), pushes through no channel: configure APNs or FCM",
+        INVALID_CONFIGURATION,
+    )
+    order = "ff" * 32  # not below the curve's order
+    bad = check(marmot_secret_key=order, marmot_relays=relays, **apns)
+    assert (bad.ok, bad.exit_code) == (False, INVALID_CONFIGURATION)
+    assert bad.detail.startswith("XMTP_PUSH_MARMOT_SECRET_KEY: ") and order not in bad.detail
+    for result in (no_relays, no_channel):
+        assert secret not in result.detail

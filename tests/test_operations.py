@@ -515,6 +515,9 @@ async def test_stats_without_a_queue_says_so(postgresql_url: str) -> None:
 # --- config check ----------------------------------------------------------------------------------
 
 
+MARMOT_KEY = secrets.token_bytes(32).hex()
+
+
 def check_lines(output: str) -> dict[str, str]:
     """`ok  <name> <detail>` / `FAIL <name> <detail>` lines as name -> status."""
     found = {}
@@ -532,6 +535,8 @@ async def test_config_check(postgresql_url: str, tmp_path: Path, apns: FakeApns,
         fcm_endpoint=fcm.endpoint,
         fcm_token_uri=fcm.token_uri,
         redis_url=REDIS_TEST_URL,
+        marmot_secret_key=MARMOT_KEY,
+        marmot_relays="wss://relay.example",
     )
     garbage = base64.b64encode(secrets.token_bytes(48)).decode()
     not_a_key = f"-----BEGIN PRIVATE KEY-----\n{garbage}\n-----END PRIVATE KEY-----\n"
@@ -560,10 +565,13 @@ async def test_config_check(postgresql_url: str, tmp_path: Path, apns: FakeApns,
         "channel apns": "ok",
         "channel fcm": "ok",
         "channel http": "ok",
+        "marmot": "ok",
         "database": "ok",
         "redis": "ok",
     }, ok
     assert "configuration is usable" in ok.stdout
+    assert "ok   marmot         key set, 1 relay(s), pushes through apns, fcm\n" in ok.stdout
+    assert MARMOT_KEY not in ok.stdout + ok.stderr
 
     for result, secret in ((bad, garbage), (wrong, rsa_key.splitlines()[1])):
         assert result.returncode == 2, result  # an invalid setting (README, "Exit codes")
@@ -579,6 +587,7 @@ async def test_config_check(postgresql_url: str, tmp_path: Path, apns: FakeApns,
         "channel apns": "ok",
         "channel fcm": "ok",
         "channel http": "ok",
+        "marmot": "ok",
         "database": "FAIL",
         "redis": "FAIL",
     }, broken

@@ -15,6 +15,7 @@ from app.core.config import Settings, SettingsError
 from app.core.migrations import alembic_config
 from app.delivery.credentials import apns_credentials, fcm_credentials
 from app.delivery.url_policy import UrlPolicy
+from app.marmot.keys import InvalidServerKey, ServerKey
 from app.matrix.config import load_gateway_config
 from app.ops.failures import (
     CHECK_FAILED,
@@ -50,6 +51,7 @@ def channel_checks(settings: Settings) -> list[Check]:
     checks.append(Check("channel http", True, "configured" if settings.http_enabled else "not configured"))
     if settings.matrix_apps:
         checks.append(matrix_check(settings.matrix_apps, settings))
+    checks.append(marmot_check(settings))
     return checks
 
 
@@ -75,6 +77,31 @@ def matrix_check(path: str, settings: Settings) -> Check:
         return Check("matrix apps", False, str(error), INVALID_CONFIGURATION)
     types = sorted({app.type for app in config.apps.apps})
     return Check("matrix apps", True, f"{len(config.apps.apps)} app(s): {', '.join(types)}")
+
+
+def marmot_check(settings: Settings) -> Check:
+    """The Marmot notification server's settings: its key (parsed, never shown), how many relays, and
+    which channels its pushes can use. A key set without relays or without a channel is a failure:
+    `xmtp-push marmot` would refuse to start."""
+    relays = f"{len(settings.marmot_relays)} relay(s)"
+    if settings.marmot_secret_key is None or not settings.marmot_configured:
+        return Check("marmot", True, f"not configured (XMTP_PUSH_MARMOT_SECRET_KEY not set), {relays}")
+    try:
+        ServerKey.parse(settings.marmot_secret_key.get_secret_value())
+    except InvalidServerKey as error:
+        return Check("marmot", False, f"XMTP_PUSH_MARMOT_SECRET_KEY: {error}", INVALID_CONFIGURATION)
+    channels = [
+        name
+        for name, ready in (("apns", settings.apns_configured), ("fcm", settings.fcm_configured))
+        if ready
+    ]
+    pushes = f"pushes through {', '.join(channels)}" if channels else "pushes through no channel"
+    detail = f"key set, {relays}, {pushes}"
+    if not settings.marmot_relays:
+        return Check("marmot", False, f"{detail}: XMTP_PUSH_MARMOT_RELAYS is required", INVALID_CONFIGURATION)
+    if not channels:
+        return Check("marmot", False, f"{detail}: configure APNs or FCM", INVALID_CONFIGURATION)
+    return Check("marmot", True, detail)
 
 
 async def _bounded(name: str, probe: Awaitable[Check], unanswered: Failure) -> Check:
