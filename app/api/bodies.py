@@ -8,6 +8,7 @@ most `limit` bytes of its body. A body that trickles is given up after `seconds`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from fastapi import Request
 
@@ -27,14 +28,20 @@ def declared_length(request: Request) -> int | None:
 
 async def read_body(request: Request, limit: int, seconds: float) -> bytes:
     """The whole body, or BodyTooLarge / BodyTooSlow."""
-    declared = declared_length(request)
+    return await read_chunks(request.stream(), declared_length(request), limit, seconds)
+
+
+async def read_chunks(
+    stream: AsyncIterator[bytes], declared: int | None, limit: int, seconds: float
+) -> bytes:
+    """A body from its chunks as they arrive, and the length its headers declared (if any)."""
     if declared is not None and declared > limit:
         raise BodyTooLarge
     chunks: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(seconds):
-            async for chunk in request.stream():
+            async for chunk in stream:
                 size += len(chunk)
                 if size > limit:
                     raise BodyTooLarge
