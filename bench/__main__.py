@@ -75,6 +75,13 @@ def write_plot(runs: list[StepRun], out: Path, title: str) -> str | None:
     return None
 
 
+def keeps_plot(updated: list[str], out: Path) -> bool:
+    """Whether the figure in `out` stays true after updating these benchmarks: none of them is drawn."""
+    from bench.plot import BARS, LATENCY_STEP
+
+    return (out / PLOT_NAME).exists() and not {LATENCY_STEP, *BARS} & set(updated)
+
+
 def run_all(args: argparse.Namespace, steps: list[Step], out: Path) -> list[StepRun]:
     data_dir, log_dir = out / "data", out / "logs"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -115,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = with_earlier_runs(runs, out / "data", out / "logs")
     title = f"xmtp-push benchmarks, {machine.date}" + (" (quick mode)" if args.quick else "")
     plot_note = write_plot(runs, out, title)
+    if plot_note is not None and updated is not None and keeps_plot(updated, out):
+        plot_note = None  # the figure already there was drawn from numbers this run left unchanged
     report = render(
         machine,
         runs,

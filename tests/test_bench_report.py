@@ -60,3 +60,14 @@ def test_no_earlier_run_without_its_numbers(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "marmot.log").write_text("$ python -m bench.marmot\n")
     assert earlier_run(STEP["marmot"], tmp_path / "data", tmp_path / "logs") is None
+
+
+def test_the_figure_is_kept_only_when_nothing_drawn_in_it_ran_again(tmp_path: Path) -> None:
+    from bench.__main__ import keeps_plot
+    from bench.report import PLOT_NAME
+
+    assert not keeps_plot(["marmot"], tmp_path)  # no figure to keep
+    (tmp_path / PLOT_NAME).write_bytes(b"\x89PNG")
+    assert keeps_plot(["marmot", "matrix"], tmp_path)
+    assert not keeps_plot(["marmot", "latency"], tmp_path)
+    assert not keeps_plot(["channels-apns"], tmp_path)
