@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -249,7 +250,7 @@ async def ours(
         f"  CPU over {seconds:.2f} s: server {spent[0]:.2f} s, fake APNs {spent[1]:.2f} s, "
         f"fake FCM {spent[2]:.2f} s, relay and this process {spent[3]:.2f} s"
     )
-    cpu = spent[0] / len(wraps)
+    cpu = spent[0] / len(wraps) if last else math.nan  # not every trigger's work was done
     return (0.0 if last == 0 else len(wraps) / ((last - started) / 1e9)), cpu
 
 
