@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from app.core.config import Settings, SettingsError
 from app.delivery.credentials import apns_credentials
 from app.delivery.providers.apns import ApnsProvider, SharedToken
+from app.delivery.providers.apns_connection import CLOSED_STREAMS_KEPT
 from app.delivery.types import OutcomeKind
 from app.fanout.hints import Hint, apns_push
 from app.recipients.types import Target
@@ -261,6 +262,9 @@ async def test_delivered_requests_leave_no_bookkeeping_behind(fake: FakeApns, pr
     [connection] = provider._pool.connections
     assert connection.requests == {} and connection.request_statuses == {}
     assert connection.request_streams == {}
+    # h2 4.x internals: the closed streams a connection remembers are bounded far below h2's 65,536.
+    closed = connection.conn._closed_streams
+    assert len(closed) >= 20 and closed._size_limit == CLOSED_STREAMS_KEPT == 8192
 
 
 # --------------------------------------------------------------------------- time and connection trouble
