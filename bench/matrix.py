@@ -1,6 +1,6 @@
 """Benchmark (not a test): the Matrix push gateway against a bare aioapns loop, same fake APNs, same bodies.
 
-    python -m bench.matrix [--requests N] [--concurrency C] [--duration S] [--json PATH]
+    python -m bench.matrix [--requests N] [--concurrency C] [--duration S] [--redis-url URL] [--json PATH]
     python -m bench matrix [--duration S]
 
 One run:
@@ -148,11 +148,13 @@ async def run_bare(
 # --------------------------------------------------------------------------- the gateway
 
 
-async def start_gateway(config: str) -> Proc:
+async def start_gateway(config: str, redis_url: str | None = None) -> Proc:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XMTP_PUSH_")}
     env.update(
         {"XMTP_PUSH_MATRIX_APPS": config, "XMTP_PUSH_HTTP_HOST": "127.0.0.1", "XMTP_PUSH_HTTP_PORT": "0"}
     )
+    if redis_url:  # the duplicate memory in Redis: the process remembers nothing itself
+        env["XMTP_PUSH_REDIS_URL"] = redis_url
     proc = await start_process("gateway", [*xmtp_push_command(), "gateway"], env, _GATEWAY_READY)
     print(f"gateway: pid {proc.pid}, HTTP on {proc.match.group(1)}")
     return proc
@@ -327,6 +329,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--duration", type=float, default=20.0, help="soak seconds (300: the five-minute run)"
     )
+    parser.add_argument(
+        "--redis-url",
+        help="keep the duplicate memory in this Redis (FLUSHDB first): the soak then shows the process's "
+        "own growth, with no remembered deliveries in it",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the measured numbers as JSON to PATH")
     return parser.parse_args(argv)
 
@@ -338,6 +345,13 @@ async def amain(args: argparse.Namespace) -> int:
     plan = notifications(args.requests, salt)
     warm = notifications(min(500, args.requests), salt + "w")
     print(f"{args.requests:,} one-device event_id_only notifications, {args.concurrency} in flight")
+    if args.redis_url:
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(args.redis_url)
+        await client.flushdb()
+        await client.aclose()
+        print(f"duplicate memory in Redis: {args.redis_url} (FLUSHDB done)")
     results = Results("matrix", "Matrix gateway vs a bare aioapns loop, one-device notify, same fake APNs")
     results.info["run"] = {
         "requests": args.requests,
@@ -348,14 +362,15 @@ async def amain(args: argparse.Namespace) -> int:
         bare = await run_bare(fake, session, plan, args.concurrency)
         print(describe("bare loop (aioapns APNs client)", bare))
         with tempfile.TemporaryDirectory(prefix="bench-matrix-") as folder:
-            gateway = await start_gateway(gateway_config(fake, folder))
+            gateway = await start_gateway(gateway_config(fake, folder), args.redis_url)
             try:
                 ours = await run_gateway(fake, session, gateway, warm, plan, args.concurrency)
                 print(describe("gateway (xmtp-push gateway)", ours))
                 memory = await soak(gateway, args.duration, args.concurrency, salt + "s")
             finally:
                 await stop_process(gateway)
-    record(results, bare, ours, memory, await key_bytes())
+    # With the memory in Redis the process keeps no key: all its growth counts.
+    record(results, bare, ours, memory, 0.0 if args.redis_url else await key_bytes())
     results.write(args.json)
     return 0 if bare.arrived == bare.sent and ours.arrived == ours.sent else 1
 
