@@ -16,7 +16,7 @@ import jwt
 import pytest
 
 from app.testing import keys
-from app.testing.fake_apns import FakeApns, TlsFiles, make_tls_files
+from app.testing.fake_apns import FakeApns
 from app.testing.fake_apns import Reply as ApnsReply
 from app.testing.fake_fcm import FakeFcm
 from app.testing.fake_fcm import Reply as FcmReply
@@ -35,26 +35,10 @@ from tests.matrix_support import (
     write_config,
     write_key_files,
 )
+from tests.remote_ends import apns_server, fcm_server, tls  # noqa: F401  (fixtures)
 
 IOS, RAW, ANDROID = "org.example.ios", "org.example.raw", "org.example.android"
 FCM_OPTIONS = {"android": {"ttl": "60s", "priority": "normal"}, "fcm_options": {"analytics_label": "matrix"}}
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("matrix-tls"))
-
-
-@pytest.fixture(scope="module")
-def apns_server(tls: TlsFiles) -> Iterator[FakeApns]:
-    with FakeApns(tls) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def fcm_server() -> Iterator[FakeFcm]:
-    with FakeFcm() as fake:
-        yield fake
 
 
 @pytest.fixture
