@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.metrics import matrix_devices_total
-from app.delivery.provider import Provider
 from app.delivery.registry import ProviderRegistry
 from app.delivery.types import Outcome, OutcomeKind, Push
 from app.matrix.apps import AppTable, MatrixApp, RejectDevice
 from app.matrix.config import MAX_APP_ID_LENGTH
+from app.matrix.deadlines import SWEEP_SECONDS, Deadlines
 from app.matrix.duplicates import DeliveredMemory, delivery_key
 from app.matrix.notification import Device, Notification
 
@@ -32,10 +32,9 @@ MAX_PUSHKEY_BYTES = 512
 BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
 # A retry is made only if this much time is left for it after its wait.
 MIN_ATTEMPT_SECONDS = 1.0
-# Kept back from the timeout for answering.
-ANSWER_MARGIN_SECONDS = 0.05
+# Kept back from the timeout for answering, and for the deadline sweep's lateness.
+ANSWER_MARGIN_SECONDS = 0.05 + SWEEP_SECONDS
 NO_APP = "none"  # the app label of a device whose app id no app serves
-RETRIED = frozenset({OutcomeKind.TRANSIENT, OutcomeKind.DEFERRED})
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +45,6 @@ class DeviceResult(enum.Enum):
     FAILED = "failed"
     DUPLICATE = "duplicate"
     LIMITED = "limited"  # past its app's in-flight limit: not attempted
-
-
-FAILING = frozenset({DeviceResult.FAILED, DeviceResult.LIMITED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +60,9 @@ class Gateway:
         self.apps, self.providers, self.memory = apps, providers, memory
         self.timeout_seconds = timeout_seconds
         self._inflight: Counter[str] = Counter()
+        self._deadlines = Deadlines()
+        # Each (app, result) counter child looked up once: a label lookup per device adds up.
+        self._counted: dict[tuple[str, DeviceResult], Any] = {}
 
     async def providers_ready(self) -> bool:
         """Every app has its provider built (readiness of `xmtp-push gateway`)."""
@@ -80,7 +79,7 @@ class Gateway:
         else:
             results = await asyncio.gather(*(self._device(notification, d, deadline) for d in devices))
         rejected = [d.pushkey for d, r in zip(devices, results, strict=True) if r is DeviceResult.REJECTED]
-        failed = any(result in FAILING for result in results)
+        failed = any(r is DeviceResult.FAILED or r is DeviceResult.LIMITED for r in results)
         return NotifyAnswer(502 if failed else 200, rejected)
 
     async def _device(self, notification: Notification, device: Device, deadline: float) -> DeviceResult:
@@ -93,8 +92,14 @@ class Gateway:
         except RejectDevice as reason:
             log.info("matrix device rejected (app %s): %s", label, reason)
             result = DeviceResult.REJECTED
-        matrix_devices_total.labels(label, result.value).inc()
+        self._count(label, result)
         return result
+
+    def _count(self, label: str, result: DeviceResult) -> None:
+        counter = self._counted.get((label, result))
+        if counter is None:
+            counter = self._counted[(label, result)] = matrix_devices_total.labels(label, result.value)
+        counter.inc()
 
     def _app_for(self, device: Device) -> MatrixApp | None:
         if len(device.app_id) > MAX_APP_ID_LENGTH:
@@ -134,8 +139,8 @@ class Gateway:
             return DeviceResult.FAILED
         loop = asyncio.get_running_loop()
         for attempt in range(len(BACKOFF_SECONDS) + 1):
-            outcome = await _attempt(provider, push, deadline)
-            if outcome is None or outcome.kind not in RETRIED:
+            outcome = await self._deadlines.within(deadline, provider.send(push))
+            if outcome is None or not _retried(outcome.kind):
                 return _result(app, outcome)
             wait = outcome.delay_seconds or BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
             if loop.time() + wait + MIN_ATTEMPT_SECONDS > deadline:
@@ -154,13 +159,9 @@ def _render(app: MatrixApp, notification: Notification, device: Device) -> Push 
     return app.render(notification, device)
 
 
-async def _attempt(provider: Provider, push: Push, deadline: float) -> Outcome | None:
-    """One attempt within the request's deadline; None when the deadline came first."""
-    try:
-        async with asyncio.timeout_at(deadline):
-            return await provider.send(push)
-    except TimeoutError:
-        return None
+def _retried(kind: OutcomeKind) -> bool:
+    # Identity tests: an enum's hash is a Python-level call, once per device adds up.
+    return kind is OutcomeKind.TRANSIENT or kind is OutcomeKind.DEFERRED
 
 
 def _result(app: MatrixApp, outcome: Outcome | None) -> DeviceResult:
