@@ -8,8 +8,8 @@ sends to the same APNs fake through aioapns's own client.
 One run:
 1. starts a relay in this process (rust-nostr's LocalRelay through nostr-sdk, on loopback, its rate limit
    raised), the APNs and FCM fakes in processes of their own (as `python -m bench.channels` does), and
-   `xmtp-push marmot` with both channels pointed at the fakes and every Marmot rate tier raised out of the
-   way; it waits for /readyz;
+   `xmtp-push marmot` with both channels pointed at the fakes and every Marmot rate tier (and the pending
+   buffer) raised out of the way; it waits for /readyz;
 2. for each tokens-per-trigger count T: makes N triggers gift-wrapped to the server, each holding T
    distinct tokens (APNs only by default; with --fcm-every K every Kth token is an FCM one), and
    - *bare unwrap+decrypt*: in this process, for each gift wrap, `unwrap_trigger`, `split_chunks` and
@@ -184,6 +184,7 @@ def marmot_env(key: ServerKey, relay_url: str, apns: Fake, fcm: Fake) -> dict[st
     for tier in ("GLOBAL", "CHUNK", "DEVICE"):
         for period in ("MINUTE", "HOUR"):
             env[f"XMTP_PUSH_MARMOT_{tier}_PER_{period}"] = str(RAISED)
+    env["XMTP_PUSH_MARMOT_PENDING_LIMIT"] = str(RAISED)  # a burst larger than the default buffer
     return env
 
 

@@ -25,11 +25,16 @@ from tests.remote_ends import apns_server, fcm_server, tls  # noqa: F401  (fixtu
 MARMOT_TAGS = (("v", "marmot-push-v1"),)
 
 
+# Enough for a burst test: LocalRelay's own default refuses all but a few events a second.
+RAISED_RATE_LIMIT = nostr.RateLimit(max_reqs=1000, notes_per_minute=1_000_000_000)
+
+
 class Relay:
     """A LocalRelay on 127.0.0.1; `stop` and `start` again keep its port (and lose its events)."""
 
-    def __init__(self, *, auth_dm: bool = False) -> None:
+    def __init__(self, *, auth_dm: bool = False, rate_limit: nostr.RateLimit | None = None) -> None:
         self.auth_dm = auth_dm
+        self.rate_limit = rate_limit
         self.port: int | None = None
         self._relay: nostr.LocalRelay | None = None
 
@@ -43,6 +48,8 @@ class Relay:
             builder = builder.port(self.port)
         if self.auth_dm:  # NIP-42: gift wraps go only to the authenticated key they are addressed to
             builder = builder.auth_dm(True)
+        if self.rate_limit is not None:
+            builder = builder.rate_limit(self.rate_limit)
         self._relay = builder.build()
         await self._relay.run()
         self.port = int(str(await self._relay.url()).rsplit(":", 1)[1])
@@ -67,6 +74,18 @@ class Relay:
     async def publish_json(self, event: dict[str, Any]) -> None:
         await self.publish(nostr.Event.from_json(json.dumps(event)))
 
+    async def publish_all(self, events: Sequence[dict[str, Any]]) -> None:
+        """Send every event over one websocket as fast as the relay takes them, then read its OKs."""
+        async with aiohttp.ClientSession() as http, http.ws_connect(self.url, max_msg_size=0) as ws:
+            for event in events:
+                await ws.send_str(json.dumps(["EVENT", event]))
+            accepted: list[bool] = []
+            while len(accepted) < len(events):
+                answer = json.loads((await ws.receive(timeout=30)).data)
+                if answer[0] == "OK":
+                    accepted.append(answer[2])
+        assert all(accepted), f"the relay refused {accepted.count(False)} of {len(events)} events"
+
     async def query(self, filter_: dict[str, Any], timeout: float = 5.0) -> list[dict[str, Any]]:
         """The stored events matching one filter, read over a plain websocket."""
         events = []
@@ -83,8 +102,10 @@ class Relay:
 
 
 @contextlib.asynccontextmanager
-async def running_relay(*, auth_dm: bool = False) -> AsyncIterator[Relay]:
-    relay = await Relay(auth_dm=auth_dm).start()
+async def running_relay(
+    *, auth_dm: bool = False, rate_limit: nostr.RateLimit | None = None
+) -> AsyncIterator[Relay]:
+    relay = await Relay(auth_dm=auth_dm, rate_limit=rate_limit).start()
     try:
         yield relay
     finally:

@@ -1,6 +1,7 @@
 """The Marmot notification server's long-running part: one connection per relay, each reopened with
 backoff and jitter when it drops, goes silent past the watchdog, or is closed by the relay; live gift
-wraps handed to the trigger handler, at most MARMOT_MAX_CONCURRENT at once.
+wraps offered to the pending buffer (app/marmot/pending.py), whose handlers take them in arrival order,
+at most MARMOT_MAX_CONCURRENT at once: a relay's reader never waits for them.
 
 The protocol (what to send, how to answer) is app/marmot/relay_session.py; this module owns the sockets.
 Relays are named in logs by their position in MARMOT_RELAYS, never by URL.
@@ -13,7 +14,7 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from redis.asyncio import Redis
@@ -23,6 +24,7 @@ from app.core.config import Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup
 from app.marmot.keys import ServerKey
+from app.marmot.pending import PendingTriggers, TriggerSink
 from app.marmot.relay_session import RelaySession
 from app.marmot.triggers import Limits, TriggerHandler
 
@@ -34,13 +36,9 @@ MAX_FRAME_BYTES = 256 * 1024
 HANDSHAKE_SECONDS = 15.0
 BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 60.0
-# In-flight triggers are given this long to finish their pushes on the way out.
+# Pending and in-flight triggers are given this long to finish their pushes on the way out.
 STOP_GRACE_SECONDS = 10.0
 CONNECTION_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
-
-
-class TriggerSink(Protocol):
-    async def handle(self, event: dict[str, Any]) -> object: ...
 
 
 class Backoff:
@@ -67,8 +65,9 @@ class MarmotServer:
         self._settings, self._key, self._providers = settings, key, providers
         self._relays = settings.marmot_relays
         self.handler = handler
-        self._slots = asyncio.Semaphore(settings.marmot_max_concurrent)
-        self._in_flight: set[asyncio.Task[object]] = set()
+        self._pending = PendingTriggers(
+            handler, settings.marmot_max_concurrent, settings.marmot_pending_limit
+        )
         self.connected: set[int] = set()
         self.subscribed: set[int] = set()
 
@@ -81,10 +80,14 @@ class MarmotServer:
         return self._providers.get("apns") is not None or self._providers.get("fcm") is not None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve every relay until `stop` is set; then let in-flight triggers finish (bounded)."""
+        """Serve every relay until `stop` is set; then let pending and in-flight triggers finish
+        (bounded)."""
         watchdog = self._settings.marmot_relay_watchdog_seconds
         timeout = aiohttp.ClientTimeout(total=None, connect=HANDSHAKE_SECONDS, sock_connect=HANDSHAKE_SECONDS)
-        async with aiohttp.ClientSession(timeout=timeout) as http:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            self._pending.serving(STOP_GRACE_SECONDS),  # its grace starts once the relays' loops end
+        ):
             loops = [
                 asyncio.create_task(self._relay_loop(http, number, url, watchdog))
                 for number, url in enumerate(self._relays, 1)
@@ -95,7 +98,6 @@ class MarmotServer:
                 for loop in loops:
                     loop.cancel()
                 await asyncio.gather(*loops, return_exceptions=True)
-                await self._finish_in_flight()
 
     async def _relay_loop(self, http: aiohttp.ClientSession, number: int, url: str, watchdog: float) -> None:
         backoff = Backoff()
@@ -144,7 +146,7 @@ class MarmotServer:
         if reaction.backlog:
             metrics.marmot_triggers_total.labels("backlog").inc()
         if reaction.trigger is not None:
-            await self._submit(reaction.trigger)
+            self._pending.offer(reaction.trigger)
         return not reaction.reconnect
 
     def _note_subscription(self, number: int, live: bool, backoff: Backoff) -> None:
@@ -165,26 +167,6 @@ class MarmotServer:
             self.connected.discard(number)
             self.subscribed.discard(number)
             metrics.marmot_relays_connected.dec()
-
-    async def _submit(self, event: dict[str, Any]) -> None:
-        """Hand a trigger over once a slot is free: the relay's reader waits meanwhile (backpressure)."""
-        await self._slots.acquire()
-        task = asyncio.create_task(self.handler.handle(event))
-        self._in_flight.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[object]) -> None:
-        self._in_flight.discard(task)
-        self._slots.release()
-        if not task.cancelled() and task.exception() is not None:
-            log.error("a trigger failed: %s", type(task.exception()).__name__)
-
-    async def _finish_in_flight(self) -> None:
-        if not self._in_flight:
-            return
-        _, late = await asyncio.wait(set(self._in_flight), timeout=STOP_GRACE_SECONDS)
-        for task in late:
-            task.cancel()
 
 
 @contextlib.asynccontextmanager

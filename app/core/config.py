@@ -118,6 +118,10 @@ class Settings(BaseSettings):
     marmot_device_per_minute: int = Field(240, ge=1)
     marmot_device_per_hour: int = Field(5_000, ge=1)
     marmot_max_concurrent: int = Field(64, ge=1, le=4096)  # triggers processed at once
+    # Live triggers waiting for a handler (a relay's reader never waits for one); more are refused as
+    # rate limited. Above the default global budget per minute; at worst (gift wraps of 32 tokens,
+    # ~120 KiB each) ~120 MiB, with one-token wraps (~5 KiB) ~5 MiB.
+    marmot_pending_limit: int = Field(1024, ge=1)
     # Pushes in flight per channel (APNs, FCM); more wait for a slot.
     marmot_pushes_in_flight: int = Field(32, ge=1, le=4096)
     marmot_dedup_seconds: float = Field(300.0, ge=1, le=86_400)

@@ -102,6 +102,7 @@ marmot_tokens_total = Counter(
     "xmtp_push_marmot_tokens", "Encrypted token chunks by platform and outcome", ["platform", "outcome"]
 )
 marmot_relays_connected = Gauge("xmtp_push_marmot_relays_connected", "Relays with an open connection")
+marmot_pending = Gauge("xmtp_push_marmot_pending", "Live triggers waiting for a handler")
 
 # The Matrix push gateway. code: the HTTP status answered; app: the configured app id (operator
 # config; "none" when no app serves a device's app id); outcome: delivered | rejected | failed |

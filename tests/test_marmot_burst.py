@@ -1,0 +1,163 @@
+"""Bursts of triggers through a real relay. A LocalRelay drops the live events a subscriber falls more
+than 1,024 behind on once its socket is full, so the server's relay readers never wait for a handler:
+live triggers wait in one bounded buffer, taken in arrival order by MARMOT_MAX_CONCURRENT handlers; a
+full buffer refuses the trigger, counted as rate limited; on the way out, what is buffered and in flight
+gets the stop's grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+import pytest
+
+from app.marmot.giftwrap import wrap_trigger
+from app.marmot.keys import ServerKey
+from app.marmot.tokens import ENCRYPTED_TOKEN_SIZE, Platform, encrypt_token
+from app.testing.fake_apns import FakeApns
+from app.testing.fake_apns import Reply as ApnsReply
+from app.testing.fake_fcm import FakeFcm
+from tests.marmot_support import (  # noqa: F401  (fixtures)
+    RAISED_RATE_LIMIT,
+    apns_server,
+    fakes,
+    fcm_server,
+    running_relay,
+    sample,
+    tls,
+    triggers,
+)
+from tests.test_marmot_triggers import key, marmot_settings, serving, settle  # noqa: F401  (key: a fixture)
+
+BURST = 1_500
+# One token and seven chunks of padding: ~28 KB a gift wrap, so the burst (~42 MB) overflows the
+# socket's buffers while the handlers are busy, and each trigger costs a handler ~2 ms of CPU.
+PADDING_CHUNKS = 7
+# Every rate tier out of the way: the burst must reach APNs whole.
+RAISED_TIERS = {
+    f"marmot_{tier}_per_{period}": 1_000_000
+    for tier in ("global", "chunk", "device")
+    for period in ("minute", "hour")
+}
+HELD = "11" * 32  # its push is answered only on FakeApns.release()
+
+
+def apns_token(number: int) -> str:
+    return f"{number:064x}"
+
+
+def wraps_of(key: ServerKey, tokens: list[str], padding: int = 0) -> list[dict[str, Any]]:
+    """One gift wrap per token, each holding that token and `padding` chunks of random bytes."""
+    return [
+        wrap_trigger(
+            encrypt_token(key.public_x, Platform.APNS, token) + os.urandom(padding * ENCRYPTED_TOKEN_SIZE),
+            key.public_x,
+        )
+        for token in tokens
+    ]
+
+
+def pending() -> float:
+    return sample("xmtp_push_marmot_pending")
+
+
+async def test_a_burst_reaches_apns_exactly_once_with_four_handlers(
+    key: ServerKey, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    apns, _ = fakes
+    tokens = [apns_token(number) for number in range(BURST)]
+    wraps = wraps_of(key, tokens, PADDING_CHUNKS)
+    accepted, limited = triggers("accepted"), triggers("rate_limited")
+    async with running_relay(rate_limit=RAISED_RATE_LIMIT) as relay:
+        settings = marmot_settings(
+            fakes, key, relay.url, marmot_max_concurrent=4, marmot_pending_limit=BURST, **RAISED_TIERS
+        )
+        async with serving(settings):
+            started = time.monotonic()
+            await relay.publish_all(wraps)
+            try:
+                await apns.wait_for(BURST, timeout=15)
+            finally:
+                print(
+                    f"{BURST} triggers published, {apns.count} pushes in {time.monotonic() - started:.1f} s"
+                )
+            await settle("accepted", accepted, BURST)
+    assert sorted(request.token for request in apns.requests) == tokens
+    assert triggers("rate_limited") == limited
+
+
+async def test_a_full_buffer_refuses_triggers_as_rate_limited_and_keeps_the_rest(
+    key: ServerKey, fakes: tuple[FakeApns, FakeFcm], caplog: pytest.LogCaptureFixture
+) -> None:
+    apns, _ = fakes
+    apns.script(HELD, ApnsReply(200, held=True))
+    tokens = [apns_token(number) for number in range(1, 7)]
+    accepted, limited, waiting = triggers("accepted"), triggers("rate_limited"), pending()
+    async with running_relay(rate_limit=RAISED_RATE_LIMIT) as relay:
+        settings = marmot_settings(fakes, key, relay.url, marmot_max_concurrent=1, marmot_pending_limit=2)
+        with caplog.at_level(logging.INFO, logger="app.marmot.pending"):
+            async with serving(settings):
+                await relay.publish_all(wraps_of(key, [HELD]))
+                await apns.wait_for(1)  # the one handler waits for APNs's answer
+                await relay.publish_all(wraps_of(key, tokens[:5]))
+                await settle("rate_limited", limited, 3)
+                assert pending() == waiting + 2
+                apns.release()
+                await settle("accepted", accepted, 3)
+                await relay.publish_all(wraps_of(key, tokens[5:]))  # the buffer has room again
+                await settle("accepted", accepted, 4)
+    assert [request.token for request in apns.requests] == [HELD, *tokens[:2], tokens[5]]
+    assert triggers("rate_limited") == limited + 3
+    assert pending() == waiting
+    (full,) = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert (
+        full.getMessage() == "pending triggers full (2): live triggers refused, 1 since this was last logged"
+    )
+
+
+async def test_buffered_and_in_flight_triggers_finish_on_the_way_out(
+    key: ServerKey, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    apns, _ = fakes
+    apns.script(HELD, ApnsReply(200, held=True))
+    tokens = [apns_token(number) for number in range(1, 3)]
+    accepted = triggers("accepted")
+    async with running_relay(rate_limit=RAISED_RATE_LIMIT) as relay:
+        settings = marmot_settings(fakes, key, relay.url, marmot_max_concurrent=1)
+        async with serving(settings):
+            await relay.publish_all(wraps_of(key, [HELD, *tokens]))
+            await apns.wait_for(1)
+            await asyncio.sleep(0.2)  # the other two wait in the buffer
+            asyncio.get_running_loop().call_later(0.5, apns.release)
+        # The server has stopped: the held push was answered and the two buffered ones were sent.
+    assert [request.token for request in apns.requests] == [HELD, *tokens]
+    assert triggers("accepted") == accepted + 3
+
+
+async def test_what_the_grace_leaves_is_dropped(
+    key: ServerKey,
+    fakes: tuple[FakeApns, FakeFcm],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    apns, _ = fakes
+    apns.script(HELD, ApnsReply(200, held=True))  # never released
+    monkeypatch.setattr("workers.marmot.STOP_GRACE_SECONDS", 0.5)
+    waiting = pending()
+    async with running_relay(rate_limit=RAISED_RATE_LIMIT) as relay:
+        settings = marmot_settings(fakes, key, relay.url, marmot_max_concurrent=1)
+        with caplog.at_level(logging.INFO, logger="app.marmot.pending"):
+            async with serving(settings):
+                await relay.publish_all(wraps_of(key, [HELD, apns_token(1)]))
+                await apns.wait_for(1)
+                await asyncio.sleep(0.2)
+                assert pending() == waiting + 1
+                stopping = time.monotonic()
+    assert time.monotonic() - stopping < 5
+    assert [request.token for request in apns.requests] == [HELD]
+    assert pending() == waiting
+    assert "1 pending trigger(s) dropped on the way out" in caplog.messages
