@@ -122,9 +122,11 @@ async def open_gateway(
     memory: DeliveredMemory = (
         RedisMemory.from_url(settings.redis_url) if settings.redis_url else ProcessMemory()
     )
+    gateway = Gateway(config.apps, providers, memory, settings.matrix_request_timeout_seconds)
     try:
-        yield Gateway(config.apps, providers, memory, settings.matrix_request_timeout_seconds)
+        yield gateway
     finally:
+        await gateway.close()
         await memory.close()
 
 

@@ -97,3 +97,35 @@ async def test_a_bound_needs_a_task() -> None:
 
     loop.call_soon(outside_any_task)
     assert await said == "a deadline needs a running task"
+
+
+async def test_an_attempt_with_a_deadline_of_its_own_keeps_that_one() -> None:
+    # A Matrix request's time left: its deadline, not the instance's bound from now.
+    deadlines = Deadlines(5, period=0.02)
+    until = time.monotonic() + 0.1
+    with pytest.raises(TimeoutError), deadlines.bound(until=until):
+        await asyncio.sleep(5)
+    assert until <= time.monotonic() < until + 0.02 + 0.05
+    await deadlines.close()
+
+
+async def test_bounds_of_two_instances_nest_and_the_earlier_one_wins() -> None:
+    # The gateway's request deadline around the APNs provider's own bound, on one task.
+    outer, inner = Deadlines(5, period=0.02), Deadlines(5, period=0.02)
+    for outer_s, inner_s, sleep_s, expected in (
+        (0.05, 5, 1, "timeout"),
+        (5, 0.05, 1, "timeout"),
+        (5, 5, 0.01, "ok"),
+    ):
+        now = time.monotonic()
+        try:
+            with outer.bound(until=now + outer_s), inner.bound(until=now + inner_s):
+                await asyncio.sleep(sleep_s)
+            got = "ok"
+        except TimeoutError:
+            got = "timeout"
+        assert got == expected
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+    await outer.close()
+    await inner.close()

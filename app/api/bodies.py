@@ -28,24 +28,23 @@ def declared_length(request: Request) -> int | None:
 
 async def read_body(request: Request, limit: int, seconds: float) -> bytes:
     """The whole body, or BodyTooLarge / BodyTooSlow."""
-    return await read_chunks(request.stream(), declared_length(request), limit, seconds)
+    try:
+        async with asyncio.timeout(seconds):
+            return await collect_chunks(request.stream(), declared_length(request), limit)
+    except TimeoutError:
+        raise BodyTooSlow from None
 
 
-async def read_chunks(
-    stream: AsyncIterator[bytes], declared: int | None, limit: int, seconds: float
-) -> bytes:
-    """A body from its chunks as they arrive, and the length its headers declared (if any)."""
+async def collect_chunks(stream: AsyncIterator[bytes], declared: int | None, limit: int) -> bytes:
+    """A body from its chunks as they arrive, and the length its headers declared (if any), or
+    BodyTooLarge; bounded in time by the caller."""
     if declared is not None and declared > limit:
         raise BodyTooLarge
     chunks: list[bytes] = []
     size = 0
-    try:
-        async with asyncio.timeout(seconds):
-            async for chunk in stream:
-                size += len(chunk)
-                if size > limit:
-                    raise BodyTooLarge
-                chunks.append(chunk)
-    except TimeoutError:
-        raise BodyTooSlow from None
+    async for chunk in stream:
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
     return b"".join(chunks)

@@ -8,7 +8,6 @@ apps are configured (XMTP_PUSH_MATRIX_APPS).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -19,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.bodies import BodyTooLarge, BodyTooSlow, declared_length, read_chunks
+from app.api.bodies import BodyTooLarge, collect_chunks, declared_length
 from app.core.metrics import matrix_notifications_total, matrix_notify_seconds
 from app.matrix.notification import BadNotification, parse_notification
 from app.matrix.service import Gateway
@@ -179,13 +178,14 @@ async def answer(gateway: Gateway | None, chunks: AsyncIterator[bytes], declared
 async def _answer(gateway: Gateway | None, chunks: AsyncIterator[bytes], declared: int | None) -> Answer:
     if gateway is None:
         return _error(404, "M_UNRECOGNIZED", "Unrecognized request: no push gateway apps are configured")
-    arrived_at = asyncio.get_running_loop().time()  # one timeout for the body and the sending
+    arrived_at = time.monotonic()  # one timeout for the body and the sending
     try:
-        body = await read_chunks(chunks, declared, MAX_BODY_BYTES, gateway.timeout_seconds)
+        with gateway.deadlines.bound(until=arrived_at + gateway.timeout_seconds):
+            body = await collect_chunks(chunks, declared, MAX_BODY_BYTES)
         notification = parse_notification(body)
     except BodyTooLarge:
         return _error(413, "M_TOO_LARGE", f"body is larger than {MAX_BODY_BYTES} bytes")
-    except BodyTooSlow:
+    except TimeoutError:
         return _error(408, "M_UNKNOWN", "body did not arrive in time")
     except BadNotification as error:
         log.info("notify refused: %s", error)  # names the field, never a value

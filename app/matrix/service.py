@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from app.core.metrics import matrix_devices_total
+from app.delivery.deadlines import Deadlines
+from app.delivery.provider import Provider
 from app.delivery.registry import ProviderRegistry
 from app.delivery.types import Outcome, OutcomeKind, Push
 from app.matrix.apps import AppTable, MatrixApp, RejectDevice
 from app.matrix.config import MAX_APP_ID_LENGTH
-from app.matrix.deadlines import SWEEP_SECONDS, Deadlines
 from app.matrix.duplicates import DeliveredMemory, delivery_key
 from app.matrix.notification import Device, Notification
 
@@ -32,7 +34,9 @@ MAX_PUSHKEY_BYTES = 512
 BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
 # A retry is made only if this much time is left for it after its wait.
 MIN_ATTEMPT_SECONDS = 1.0
-# Kept back from the timeout for answering, and for the deadline sweep's lateness.
+# How late a request's deadline may be noticed (one sweep for every request, not a timer each).
+SWEEP_SECONDS = 0.02
+# Kept back from the timeout for answering, and for the sweep's lateness.
 ANSWER_MARGIN_SECONDS = 0.05 + SWEEP_SECONDS
 NO_APP = "none"  # the app label of a device whose app id no app serves
 
@@ -60,7 +64,7 @@ class Gateway:
         self.apps, self.providers, self.memory = apps, providers, memory
         self.timeout_seconds = timeout_seconds
         self._inflight: Counter[str] = Counter()
-        self._deadlines = Deadlines()
+        self.deadlines = Deadlines(timeout_seconds, period=SWEEP_SECONDS)
         # Each (app, result) counter child looked up once: a label lookup per device adds up.
         self._counted: dict[tuple[str, DeviceResult], Any] = {}
 
@@ -69,10 +73,9 @@ class Gateway:
         return all(self.providers.get(app.channel, app.provider_app) for app in self.apps.apps)
 
     async def notify(self, notification: Notification, arrived_at: float | None = None) -> NotifyAnswer:
-        """`arrived_at`: the event loop's time when the request arrived (its body read since counts
+        """`arrived_at`: time.monotonic() when the request arrived (its body read since counts
         against the same timeout); now when not given."""
-        loop = asyncio.get_running_loop()
-        deadline = (arrived_at or loop.time()) + self.timeout_seconds - ANSWER_MARGIN_SECONDS
+        deadline = (arrived_at or time.monotonic()) + self.timeout_seconds - ANSWER_MARGIN_SECONDS
         devices = notification.devices
         if len(devices) == 1:  # what homeservers send: no task per device
             results = [await self._device(notification, devices[0], deadline)]
@@ -137,17 +140,27 @@ class Gateway:
         provider = self.providers.get(app.channel, app.provider_app)
         if provider is None:
             return DeviceResult.FAILED
-        loop = asyncio.get_running_loop()
         for attempt in range(len(BACKOFF_SECONDS) + 1):
-            outcome = await self._deadlines.within(deadline, provider.send(push))
+            outcome = await self._attempt(provider, push, deadline)
             if outcome is None or not _retried(outcome.kind):
                 return _result(app, outcome)
             wait = outcome.delay_seconds or BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
-            if loop.time() + wait + MIN_ATTEMPT_SECONDS > deadline:
+            if time.monotonic() + wait + MIN_ATTEMPT_SECONDS > deadline:
                 break
             await asyncio.sleep(wait)
         log.warning("matrix app %s: a push failed within the request's time", app.app_id)
         return DeviceResult.FAILED
+
+    async def _attempt(self, provider: Provider, push: Push, deadline: float) -> Outcome | None:
+        """One attempt within the request's deadline; None when the deadline came first."""
+        try:
+            with self.deadlines.bound(until=deadline):
+                return await provider.send(push)
+        except TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        await self.deadlines.close()
 
 
 def _render(app: MatrixApp, notification: Notification, device: Device) -> Push | None:

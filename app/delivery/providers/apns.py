@@ -11,7 +11,6 @@ adjustments are in apns_connection.
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import time
 from dataclasses import replace
@@ -24,6 +23,7 @@ from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExc
 
 from app.core import metrics
 from app.delivery.credentials import ApnsCredentials
+from app.delivery.deadlines import Deadlines
 from app.delivery.health import ProviderHealth
 from app.delivery.provider import DEFAULT_APP
 from app.delivery.providers.apns_connection import EndpointPool
@@ -117,7 +117,7 @@ class ApnsProvider:
         if credentials.cert_file is None:
             self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
         self._pool = EndpointPool(credentials, self._token, max_connections, self._health.connected)
-        self._timeout = timeout_seconds
+        self._deadlines = Deadlines(timeout_seconds)
 
     async def send(self, push: Push) -> Outcome:
         request = apns_request(push)
@@ -146,8 +146,8 @@ class ApnsProvider:
 
     async def _attempt(self, request: NotificationRequest) -> tuple[str | None, str | None]:
         try:
-            # asyncio.timeout, not wait_for: no extra task per send (the hot path of the channel).
-            async with asyncio.timeout(self._timeout):
+            # A shared sweep, not asyncio.timeout or wait_for: no timer or task per send.
+            with self._deadlines.bound():
                 result = await self._pool.send_notification(request)
         except (TimeoutError, *CONNECTION_ERRORS):
             return None, None
@@ -155,6 +155,7 @@ class ApnsProvider:
 
     async def close(self) -> None:
         self._pool.close()
+        await self._deadlines.close()
 
 
 def apns_request(push: Push) -> NotificationRequest | None:
