@@ -17,6 +17,10 @@ One run:
    - *bare unwrap+decrypt+send* (APNs only): the same, and each token's silent push sent to the APNs
      fake by aioapns's `APNs` client (4 connections), 64 triggers at once, a trigger's tokens together
      (as the Matrix benchmark's bare loop is a bare aioapns loop);
+   - *the delivery core's pushes* (APNs only): the same tokens' silent pushes, rendered as the
+     server renders them, sent by the server's own APNs provider in this process, 64 at once: its
+     CPU per push, so that the server's CPU per trigger less its pushes (what its Marmot path spends:
+     relay, admission, unwrapping, decryption) can be set against the bare unwrap+decrypt loop;
    - *ours*: publishes the N gift wraps to the relay over one websocket as fast as it takes them, and
      waits until the fakes have seen all N x T distinct pushes.
    A warm-up round first (connections, the FCM OAuth token), not counted.
@@ -46,17 +50,22 @@ from typing import Any, NamedTuple
 import aiohttp
 import nostr_sdk as nostr
 
+from app.delivery.credentials import ApnsCredentials
+from app.delivery.providers.apns import ApnsProvider
+from app.delivery.types import OutcomeKind, Push
 from app.marmot import secp
+from app.marmot.dispatch import render
 from app.marmot.giftwrap import wrap_trigger
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import Platform, decrypt_token, encrypt_token
 from app.marmot.unwrap import split_chunks, unwrap_trigger
+from app.testing import keys
 from bench._proc import load_average, process_cpu_seconds
 from bench._processes import start_process, stop_process, xmtp_push_command
 from bench._results import Results
 from bench._results import verdict as meets
 from bench._support import environment_line, run_on_fastest_loop, service_collector
-from bench.channels import Fake, backend_settings, bare_apns_client, running_fake
+from bench.channels import BUNDLE_ID, KEY_ID, TEAM_ID, Fake, backend_settings, bare_apns_client, running_fake
 
 RATIO_TARGET = 0.70
 _SERVING = re.compile(r"Marmot server: \d+ relay\(s\), http=\S*:(\d+)")
@@ -148,6 +157,47 @@ async def _bare_round(key: ServerKey, client: Any, wraps: list[dict[str, Any]], 
 
     queue = iter(wraps)
     await asyncio.gather(*(worker(queue) for _ in range(concurrency)))
+
+
+async def core_sends(key: ServerKey, fake: Fake, batch: Batch, concurrency: int) -> float:
+    """CPU seconds per push of the delivery core's own APNs provider (what the server sends
+    through), in this process: the batch's pushes rendered as the server renders them, `concurrency`
+    at once, nothing else. The server's CPU less its pushes at this cost is what its Marmot path
+    itself spends."""
+    pushes = [
+        render(decrypt_token(key.secret, chunk))
+        for wrap in batch[0]
+        for chunk in split_chunks(unwrap_trigger(wrap, key))
+    ]
+    credentials = ApnsCredentials(
+        keys.apns_key_pem(), KEY_ID, TEAM_ID, BUNDLE_ID, f"https://127.0.0.1:{fake.send_port}", fake.ca_file
+    )
+    provider = ApnsProvider(credentials, 10.0)
+    try:
+        await _core_round(provider, pushes[:100], concurrency)  # connections and the JWT
+        cpu_before = process_cpu_seconds(os.getpid())
+        with service_collector():
+            delivered = await _core_round(provider, pushes, concurrency)
+        cpu = process_cpu_seconds(os.getpid()) - cpu_before
+    finally:
+        await provider.close()
+    if delivered < len(pushes):
+        raise RuntimeError(f"the delivery core delivered {delivered} of {len(pushes)} pushes")
+    return cpu / len(pushes)
+
+
+async def _core_round(provider: ApnsProvider, pushes: list[Push], concurrency: int) -> int:
+    work = iter(pushes)
+    delivered = 0
+
+    async def worker() -> None:
+        nonlocal delivered
+        for push in work:
+            outcome = await provider.send(push)
+            delivered += outcome.kind is OutcomeKind.DELIVERED
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return delivered
 
 
 # --------------------------------------------------------------------------- ours
@@ -303,9 +353,10 @@ async def one_size(
         seconds, bare_cpu, decrypted = bare_loop(key, batch[0])
     assert decrypted == args.triggers * tokens
     bare = Measured(args.triggers / seconds, bare_cpu / args.triggers)
-    sends = None
+    sends, push_cpu = None, None
     if batch[2] == 0:
         sends = Measured(*await bare_sends(key, session, fakes[0], batch, args.concurrency))
+        push_cpu = await core_sends(key, fakes[0], batch, args.concurrency)
     our_rate, cpu = await ours(session, relay_url, fakes, batch, server_pid)
     server = Measured(our_rate, cpu)
     print(f"{tokens} token(s) per trigger, {args.triggers} triggers; load {load_average()}")
@@ -314,7 +365,34 @@ async def one_size(
         print("  bare unwrap+decrypt+send: not run (it sends to APNs only: use --fcm-every 0)")
     else:
         compare(results, tokens, "bare unwrap+decrypt+send", sends, server)
+    if push_cpu is not None:
+        pushes_aside(results, tokens, bare, server, push_cpu)
     return 0 if our_rate else 1
+
+
+def pushes_aside(results: Results, tokens: int, bare: Measured, server: Measured, push_cpu: float) -> None:
+    """The server's CPU per trigger less its pushes at the delivery core's own cost per push, against
+    the bare unwrap+decrypt loop: what the Marmot path (relay, admission, unwrapping, decryption)
+    costs beside the bare crypto."""
+    own = server.cpu - tokens * push_cpu
+    ratio = bare.cpu / own
+    label = f"{tokens} token(s)"
+    print(
+        f"  the delivery core's CPU per push {push_cpu * 1e6:.0f} us; the server's CPU per trigger less "
+        f"its {tokens} push(es): {own * 1000:.2f} ms; bare unwrap+decrypt/that {ratio:.0%} "
+        f"({meets(ratio >= RATIO_TARGET)}; target >= {RATIO_TARGET:.0%})"
+    )
+    results.add(f"delivery core CPU per push, {label}", f"{push_cpu * 1e6:.0f} us", value=push_cpu, unit="s")
+    results.add(
+        f"server CPU per trigger less its pushes, {label}", f"{own * 1000:.2f} ms", value=own, unit="s"
+    )
+    results.add(
+        f"ours/bare unwrap+decrypt by CPU, pushes aside, {label}",
+        f"{ratio:.0%}",
+        f">= {RATIO_TARGET:.0%}",
+        meets(ratio >= RATIO_TARGET),
+        value=ratio,
+    )
 
 
 class Measured(NamedTuple):
