@@ -118,8 +118,11 @@ class MarmotServer:
             asyncio.timeout(HANDSHAKE_SECONDS) as handshake,
             http.ws_connect(
                 url,
-                heartbeat=watchdog / 2,  # a ping unanswered for a quarter of the watchdog closes it
-                timeout=aiohttp.ClientWSTimeout(ws_receive=watchdog, ws_close=5.0),
+                # The watchdog: a ping every half of it, and nothing at all (no pong, no message) for a
+                # quarter more closes the connection. No receive timeout besides: aiohttp would arm
+                # and cancel a timer for every message.
+                heartbeat=watchdog / 2,
+                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0),
                 max_msg_size=MAX_FRAME_BYTES,
                 autoping=True,
             ) as ws,
