@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,15 @@ async def test_request_headers_body_and_token(fake: FakeApns, provider: ApnsProv
     assert claims["iss"] == TEAM_ID
     assert abs(claims["iat"] - time.time()) < 60
     assert set(claims) == {"iss", "iat"}
+
+
+async def test_every_request_has_its_own_canonical_apns_id(fake: FakeApns, provider: ApnsProvider) -> None:
+    await asyncio.gather(*(provider.send(apns_push(hint(), device(f"ok.id{n}"))) for n in range(20)))
+    ids = [request.header("apns-id") or "" for request in fake.requests]
+    assert len(ids) == 20 and len(set(ids)) == 20
+    for apns_id in ids:
+        assert str(uuid.UUID(apns_id)) == apns_id  # canonical: lowercase 8-4-4-4-12 hex
+        assert uuid.UUID(apns_id).variant == uuid.RFC_4122
 
 
 async def test_collapse_id_over_64_bytes_is_refused_without_a_request(

@@ -76,6 +76,7 @@ async def running_http(app: Any, settings: Settings, port: int, what: str) -> As
         # Nothing reads a client's address (no access log, no per-client rule), so uvicorn's
         # X-Forwarded-For middleware would only cost CPU on every request.
         proxy_headers=False,
+        server_header=False,  # no "server: uvicorn": what runs here is nobody else's business
         timeout_graceful_shutdown=GRACE_SECONDS,
         http=header_bound_protocol(settings.request_timeout_seconds),
     )

@@ -11,8 +11,11 @@ adjustments are in apns_connection.
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import ssl
 import time
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -118,9 +121,10 @@ class ApnsProvider:
             self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
         self._pool = EndpointPool(credentials, self._token, max_connections, self._health.connected)
         self._deadlines = Deadlines(timeout_seconds)
+        self._ids = RequestIds()
 
     async def send(self, push: Push) -> Outcome:
-        request = apns_request(push)
+        request = apns_request(push, self._ids.next())
         if request is None:
             return REJECTED
         token = self._token
@@ -128,7 +132,7 @@ class ApnsProvider:
         status, reason = await self._attempt(request)
         if token is not None and status == "403" and reason == EXPIRED_PROVIDER_TOKEN:
             token.renew(presented)
-            status, reason = await self._attempt(apns_request(push))  # type: ignore[arg-type]
+            status, reason = await self._attempt(apns_request(push, self._ids.next()))  # type: ignore[arg-type]
         if status is None:
             return TRANSIENT
         if status == CREDENTIALS_REFUSED:
@@ -158,8 +162,21 @@ class ApnsProvider:
         await self._deadlines.close()
 
 
-def apns_request(push: Push) -> NotificationRequest | None:
-    """The request for a push, or None when Apple would refuse it for its size."""
+class RequestIds:
+    """apns-id values: canonical UUIDs, each a random one made once with a counter in its last 48
+    bits, rather than a fresh uuid4 per push (a system call and an object each time)."""
+
+    def __init__(self) -> None:
+        self._prefix = str(uuid.uuid4())[:24]  # through the variant group, with its hyphen
+        self._counter = itertools.count(secrets.randbelow(1 << 40))
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012x}"
+
+
+def apns_request(push: Push, request_id: str) -> NotificationRequest | None:
+    """The request for a push (its apns-id `request_id`), or None when Apple would refuse it for
+    its size."""
     body, collapse_id = push.payload, push.collapse_id
     if not isinstance(body, bytes) or len(body) > MAX_BODY_BYTES:
         return None
@@ -170,6 +187,7 @@ def apns_request(push: Push) -> NotificationRequest | None:
     extras = push.extras if isinstance(push.extras, ApnsExtras) else None
     return NotificationRequest(
         device_token=push.address,
+        notification_id=request_id,
         message=body,  # type: ignore[arg-type]  # sent as it is (see apns_connection)
         time_to_live=None if push.expires_at is None else max(0, push.expires_at - int(time.time())),
         priority=HIGH_PRIORITY if urgent else NORMAL_PRIORITY,
