@@ -234,7 +234,7 @@ def marmot_env(key: ServerKey, relay_url: str, apns: Fake, fcm: Fake) -> dict[st
     for tier in ("GLOBAL", "CHUNK", "DEVICE"):
         for period in ("MINUTE", "HOUR"):
             env[f"XMTP_PUSH_MARMOT_{tier}_PER_{period}"] = str(RAISED)
-    env["XMTP_PUSH_MARMOT_PENDING_LIMIT"] = str(RAISED)  # a burst larger than the default buffer
+    env["XMTP_PUSH_MARMOT_PENDING_BYTES"] = str(RAISED)  # a burst larger than the default buffer
     return env
 
 

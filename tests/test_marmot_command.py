@@ -88,7 +88,7 @@ def test_marmot_defaults_are_the_spec_tiers() -> None:
     assert (settings.marmot_chunk_per_minute, settings.marmot_chunk_per_hour) == (240, 5_000)
     assert (settings.marmot_device_per_minute, settings.marmot_device_per_hour) == (240, 5_000)
     assert settings.marmot_max_concurrent == 64
-    assert settings.marmot_pending_limit == 1024
+    assert settings.marmot_pending_bytes == 64 * 1024 * 1024 == 67_108_864
     assert settings.marmot_pushes_in_flight == 32
     assert settings.marmot_dedup_seconds == 300
     assert settings.marmot_relay_watchdog_seconds == MARMOT_RELAY_WATCHDOG_SECONDS == 60

@@ -20,7 +20,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 from app.core import metrics
-from app.core.config import Settings
+from app.core.config import MARMOT_MAX_FRAME_BYTES, Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup
 from app.marmot.keys import ServerKey
@@ -30,8 +30,6 @@ from app.marmot.triggers import Limits, TriggerHandler
 
 log = logging.getLogger("workers.marmot")
 
-# A 32-chunk trigger makes a gift wrap of about 120 KiB; nothing a relay sends us should be larger.
-MAX_FRAME_BYTES = 256 * 1024
 # The opening handshake (TCP, TLS, HTTP upgrade) is given up after this.
 HANDSHAKE_SECONDS = 15.0
 BACKOFF_FIRST_SECONDS = 0.5
@@ -66,7 +64,7 @@ class MarmotServer:
         self._relays = settings.marmot_relays
         self.handler = handler
         self._pending = PendingTriggers(
-            handler, settings.marmot_max_concurrent, settings.marmot_pending_limit
+            handler, settings.marmot_max_concurrent, settings.marmot_pending_bytes
         )
         self.connected: set[int] = set()
         self.subscribed: set[int] = set()
@@ -123,7 +121,7 @@ class MarmotServer:
                 # and cancel a timer for every message.
                 heartbeat=watchdog / 2,
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0),
-                max_msg_size=MAX_FRAME_BYTES,
+                max_msg_size=MARMOT_MAX_FRAME_BYTES,
                 autoping=True,
             ) as ws,
             self._connected(number),
@@ -149,7 +147,7 @@ class MarmotServer:
         if reaction.backlog:
             metrics.marmot_triggers_total.labels("backlog").inc()
         if reaction.trigger is not None:
-            self._pending.offer(reaction.trigger)
+            self._pending.offer(reaction.trigger, len(text))  # what it holds: about its frame's text
         return not reaction.reconnect
 
     def _note_subscription(self, number: int, live: bool, backoff: Backoff) -> None:

@@ -27,6 +27,8 @@ MALFORMED_URL = "not a well-formed URL (check the host, the port and that specia
 # Relays send nothing while no trigger comes; we ping every half of this, so a minute notices a
 # dead connection (a half-open TCP link, a relay that stopped answering) within two missed pings.
 MARMOT_RELAY_WATCHDOG_SECONDS = 60.0
+# A 32-chunk trigger makes a gift wrap of about 120 KiB; no frame a relay sends us may be larger.
+MARMOT_MAX_FRAME_BYTES = 256 * 1024
 
 
 class SettingsError(Exception):
@@ -118,10 +120,10 @@ class Settings(BaseSettings):
     marmot_device_per_minute: int = Field(240, ge=1)
     marmot_device_per_hour: int = Field(5_000, ge=1)
     marmot_max_concurrent: int = Field(64, ge=1, le=4096)  # triggers processed at once
-    # Live triggers waiting for a handler (a relay's reader never waits for one); more are refused as
-    # rate limited. Above the default global budget per minute; at worst (gift wraps of 32 tokens,
-    # ~120 KiB each) ~120 MiB, with one-token wraps (~5 KiB) ~5 MiB.
-    marmot_pending_limit: int = Field(1024, ge=1)
+    # Live triggers waiting for a handler (a relay's reader never waits for one), each charged its
+    # frame's length; one that does not fit is refused as rate limited. 64 MiB: ~13,000 one-token gift
+    # wraps (~5 KiB), ~550 of 32 tokens (~120 KiB). At least one frame of the largest size.
+    marmot_pending_bytes: int = Field(64 * 1024 * 1024, ge=MARMOT_MAX_FRAME_BYTES)
     # Pushes in flight per channel (APNs, FCM); more wait for a slot.
     marmot_pushes_in_flight: int = Field(32, ge=1, le=4096)
     marmot_dedup_seconds: float = Field(300.0, ge=1, le=86_400)

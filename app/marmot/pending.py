@@ -1,9 +1,13 @@
-"""Live triggers waiting for a handler: one bounded buffer for every relay connection of the process,
-taken in arrival order by a fixed number of handlers (MARMOT_MAX_CONCURRENT).
+"""Live triggers waiting for a handler: one buffer for every relay connection of the process, bounded
+in bytes (MARMOT_PENDING_BYTES), taken in arrival order by a fixed number of handlers
+(MARMOT_MAX_CONCURRENT).
 
 A relay does not wait for a subscriber that stops reading (rust-nostr's LocalRelay drops the live events
 it falls behind on), so a relay's reader never waits for a handler: it offers each trigger and reads on.
-A full buffer refuses the trigger without any work, counted as rate limited.
+Each trigger is charged about what it holds in memory (the reader passes its frame's length): gift
+wraps run from ~5 KiB to ~120 KiB, so a bound in triggers would either hold too few small ones or allow
+too much memory for large ones. A trigger that does not fit is refused without any work, counted as
+rate limited.
 """
 
 from __future__ import annotations
@@ -31,20 +35,22 @@ class TriggerSink(Protocol):
 class PendingTriggers:
     """The buffer and its handlers; `offer` never waits."""
 
-    def __init__(self, sink: TriggerSink, handlers: int, limit: int) -> None:
-        self._sink, self._handlers = sink, handlers
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(limit)
+    def __init__(self, sink: TriggerSink, handlers: int, budget: int) -> None:
+        self._sink, self._handlers, self._budget = sink, handlers, budget
+        self._queue: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue()  # (event, size)
+        self._bytes = 0  # the sizes of the triggers buffered
         self._refused = 0  # since the last log line
         self._logged_at = -FULL_LOG_SECONDS
 
-    def offer(self, event: dict[str, Any]) -> bool:
-        """Buffer a live trigger; False (counted, logged now and then) when the buffer is full."""
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
+    def offer(self, event: dict[str, Any], size: int) -> bool:
+        """Buffer a live trigger charged `size` bytes; False (counted, logged now and then) when the
+        buffer has no room for it."""
+        if self._bytes + size > self._budget:
             count_trigger(TriggerResult.RATE_LIMITED)
             self._note_full()
             return False
+        self._queue.put_nowait((event, size))
+        self._bytes += size
         metrics.marmot_pending.inc()
         return True
 
@@ -52,7 +58,7 @@ class PendingTriggers:
     async def serving(self, grace: float) -> AsyncIterator[None]:
         """The handlers, for the block's duration; on the way out the triggers still buffered or in
         flight get `grace` seconds to finish, and whatever is left then is dropped."""
-        tasks = [asyncio.create_task(self._handle_in_turn()) for _ in range(self._handlers)]
+        tasks = [asyncio.create_task(self._handle_in_order()) for _ in range(self._handlers)]
         try:
             yield
         finally:
@@ -63,10 +69,9 @@ class PendingTriggers:
             await asyncio.gather(*tasks, return_exceptions=True)
             self._drop_left()
 
-    async def _handle_in_turn(self) -> None:
+    async def _handle_in_order(self) -> None:
         while True:
-            event = await self._queue.get()
-            metrics.marmot_pending.dec()
+            event = self._take(await self._queue.get())
             try:
                 await self._sink.handle(event)
             except Exception as error:  # a bug: the next trigger is handled all the same
@@ -79,8 +84,8 @@ class PendingTriggers:
         now = time.monotonic()
         if now - self._logged_at >= FULL_LOG_SECONDS:
             log.warning(
-                "pending triggers full (%d): live triggers refused, %d since this was last logged",
-                self._queue.maxsize,
+                "pending triggers full (%d bytes): live triggers refused, %d since this was last logged",
+                self._budget,
                 self._refused,
             )
             self._logged_at, self._refused = now, 0
@@ -90,6 +95,12 @@ class PendingTriggers:
         if left:
             log.info("%d pending trigger(s) dropped on the way out", left)
         while not self._queue.empty():
-            self._queue.get_nowait()
+            self._take(self._queue.get_nowait())
             self._queue.task_done()
-            metrics.marmot_pending.dec()
+
+    def _take(self, entry: tuple[dict[str, Any], int]) -> dict[str, Any]:
+        """A trigger leaving the buffer: its bytes are free again."""
+        event, size = entry
+        self._bytes -= size
+        metrics.marmot_pending.dec()
+        return event

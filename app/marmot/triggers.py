@@ -7,7 +7,11 @@
    duplicate, in memory or in Redis.
 5. Each distinct chunk: its own limit (SHA-256 of the chunk) before its ECDH, then decryption (a chunk
    that fails is padding or corrupt: skipped), then the device's limit (SHA-256 of platform byte and
-   token), then one push. A chunk repeated inside the trigger is sent once.
+   token). A chunk repeated inside the trigger is sent once.
+6. One push per token admitted, all at once.
+
+Steps 1 to 3 and step 5 are CPU work: each is one piece run in turn with the other handlers' pieces
+(app.marmot.cpu_turns), so that the relay readers sharing the event loop keep reading meanwhile.
 
 Nothing about a trigger is stored or logged; the outcomes are counted in metrics.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,9 +30,10 @@ from app.core import metrics
 from app.core.config import Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup, RateLimiter, RecentDigests, Tier
+from app.marmot.cpu_turns import CpuTurns
 from app.marmot.dispatch import Dispatcher, channel_of
 from app.marmot.keys import ServerKey
-from app.marmot.tokens import TokenError, decrypt_token, token_bytes
+from app.marmot.tokens import DeviceToken, TokenError, decrypt_token, token_bytes
 from app.marmot.unwrap import Refused, split_chunks, unwrap_trigger
 
 
@@ -73,6 +79,7 @@ class TriggerHandler:
         self._global = RateLimiter(limits.global_)
         self._chunks = RateLimiter(limits.chunk)
         self._devices = RateLimiter(limits.device)
+        self._cpu = CpuTurns()  # unwrapping and decryption, a slice per loop iteration
         # Ids of gift wraps that unwrapped: the same event from a second relay costs nothing.
         self._unwrapped = RecentDigests(600.0)
 
@@ -82,6 +89,17 @@ class TriggerHandler:
         return result
 
     async def _admit(self, event: Mapping[str, Any]) -> TriggerResult:
+        content = await self._cpu.run(functools.partial(self._unwrap, event))
+        if isinstance(content, TriggerResult):
+            return content
+        if not await self._dedup.first_time(hashlib.sha256(content).digest()):
+            return TriggerResult.DUPLICATE
+        await self._send_chunks(content)
+        return TriggerResult.ACCEPTED
+
+    def _unwrap(self, event: Mapping[str, Any]) -> bytes | TriggerResult:
+        """Steps 1 to 3, in one piece: the same wrap from another relay, waiting for its turn
+        meanwhile, then finds it unwrapped."""
         wrap_id = str(event.get("id")).encode()
         if self._unwrapped.contains(wrap_id):
             return TriggerResult.DUPLICATE
@@ -92,30 +110,35 @@ class TriggerHandler:
         except Refused:
             return TriggerResult.INVALID
         self._unwrapped.add(wrap_id)
-        if not await self._dedup.first_time(hashlib.sha256(content).digest()):
-            return TriggerResult.DUPLICATE
-        await self._send_chunks(content)
-        return TriggerResult.ACCEPTED
+        return content
 
     async def _send_chunks(self, content: bytes) -> None:
-        chunks = list(dict.fromkeys(split_chunks(content)))
-        if len(chunks) == 1:  # the common case: no task needed
-            await self._send_chunk(chunks[0])
-            return
-        await asyncio.gather(*(self._send_chunk(chunk) for chunk in chunks))
+        tokens = await self._cpu.run(functools.partial(self._tokens_of, content))
+        if len(tokens) == 1:  # the common case: no task needed
+            await self._send(tokens[0])
+        else:
+            await asyncio.gather(*(self._send(token) for token in tokens))
 
-    async def _send_chunk(self, chunk: bytes) -> None:
+    def _tokens_of(self, content: bytes) -> list[DeviceToken]:
+        chunks = dict.fromkeys(split_chunks(content))  # a chunk repeated is sent once
+        return [token for token in map(self._admit_chunk, chunks) if token is not None]
+
+    def _admit_chunk(self, chunk: bytes) -> DeviceToken | None:
+        """The chunk's token once the chunk's and the device's limits are charged; None (counted) for
+        a chunk refused, padding, or a device over its limit."""
         if not self._chunks.charge(hashlib.sha256(chunk).digest()):
             _count_token("unknown", "rate_limited")
-            return
+            return None
         try:
             token = decrypt_token(self._key.secret, chunk)
         except TokenError:
             _count_token("unknown", "invalid")
-            return
-        platform = channel_of(token)
+            return None
         device = bytes([token.platform]) + token_bytes(token.platform, token.token)
         if not self._devices.charge(hashlib.sha256(device).digest()):
-            _count_token(platform, "rate_limited")
-            return
-        _count_token(platform, await self._dispatcher.send(token))
+            _count_token(channel_of(token), "rate_limited")
+            return None
+        return token
+
+    async def _send(self, token: DeviceToken) -> None:
+        _count_token(channel_of(token), await self._dispatcher.send(token))
