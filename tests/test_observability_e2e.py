@@ -182,7 +182,9 @@ async def test_every_process_tells_what_it_caused(
 async def settled(
     client: httpx.AsyncClient, workers: list[Child], expected: dict[tuple[str, str], int]
 ) -> list[Samples]:
-    """The workers' scrapes once their final outcomes add up to `expected`."""
+    """The workers' scrapes once their final outcomes add up to `expected` and the webhook queue
+    they drained shows empty: a worker acknowledges in batches, so an entry whose outcome is counted
+    can stay queued a moment longer."""
     deadline = time.monotonic() + SETTLE_SECONDS
     while True:
         scrapes = [(await scrape(client, await w.probe_port()))[0] for w in workers]
@@ -190,7 +192,12 @@ async def settled(
             key: total(scrapes, "xmtp_push_deliveries_total", channel=key[0], outcome=key[1])
             for key in expected
         }
-        if found == expected:
+        drained = all(
+            metric(s, "xmtp_push_queue_depth", queue="deliveries.http") == 0
+            and metric(s, "xmtp_push_retries_waiting") == 0
+            for s in scrapes
+        )
+        if found == expected and drained:
             return scrapes
         if time.monotonic() > deadline:
             outputs = "\n".join(w.output() for w in workers)
