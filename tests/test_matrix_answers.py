@@ -4,6 +4,7 @@ M_TOO_LARGE (declared or streamed), 404 / 405 M_UNRECOGNIZED, and the route on `
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -135,6 +136,30 @@ async def test_a_body_streamed_past_512_kib_is_m_too_large(gateway: RunningGatew
 
     response = await gateway.http.post(NOTIFY, content=chunks())
     assert (response.status_code, response.json()["errcode"]) == (413, "M_TOO_LARGE")
+
+
+async def test_a_body_that_trickles_is_answered_408_at_the_request_timeout(config_path: str) -> None:
+    # The body's time counts against the request's one deadline (XMTP_PUSH_MATRIX_REQUEST_TIMEOUT_SECONDS).
+    async with running(gateway_settings(config_path, matrix_request_timeout_seconds=1.0)) as slow:
+        body = json.dumps(valid()).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", slow.port)
+        head = f"POST {NOTIFY} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n"
+        writer.write(head.encode())
+        started = asyncio.get_running_loop().time()
+        answer = asyncio.ensure_future(reader.read(4096))
+        for byte in body[:30]:  # a byte every 0.1 s: the whole would take several seconds
+            if answer.done():
+                break
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        response = await asyncio.wait_for(answer, 5)
+        elapsed = asyncio.get_running_loop().time() - started
+        writer.close()
+    status_line, _, rest = response.partition(b"\r\n")
+    assert status_line.split()[1] == b"408"
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["errcode"] == "M_UNKNOWN"
+    assert 1.0 <= elapsed < 2.0
 
 
 async def test_exactly_512_kib_is_taken(gateway: RunningGateway) -> None:
