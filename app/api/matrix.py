@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.bodies import BodyTooLarge, collect_chunks, declared_length
+from app.api.bodies import BodyTooLarge, collect_chunks, content_length, declared_length
 from app.core.metrics import matrix_notifications_total, matrix_notify_seconds
 from app.matrix.notification import BadNotification, parse_notification
 from app.matrix.service import Gateway
@@ -222,5 +222,5 @@ async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
 def _declared(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
-            return int(value) if value.isdigit() else None
+            return content_length(value)
     return None
