@@ -2,7 +2,7 @@
 bare loops in one process: one doing the same unwrapping and decryption, one doing that and the same
 sends to the same APNs fake through aioapns's own client.
 
-    python -m bench.marmot [--triggers N] [--tokens 1,10] [--fcm-every N] [--json PATH]
+    python -m bench.marmot [--triggers N] [--tokens 1,10] [--rounds R] [--fcm-every N] [--json PATH]
     python -m bench marmot [options]   (and the report's marmot section is updated alone)
 
 One run:
@@ -23,14 +23,19 @@ One run:
      relay, admission, unwrapping, decryption) can be set against the bare unwrap+decrypt loop;
    - *ours*: publishes the N gift wraps to the relay over one websocket as fast as it takes them, and
      waits until the fakes have seen all N x T distinct pushes.
-   A warm-up round first (connections, the FCM OAuth token), not counted.
+   A warm-up round first (connections, the FCM OAuth token), not counted. Each size runs R rounds
+   (default 3), each on fresh triggers, and their medians are compared: on a shared 2-core host one
+   round's ratios move by tens of percent.
 
 Rates: triggers / (time of the last push at a fake - time the first gift wrap was sent), both clocks
 CLOCK_MONOTONIC (the bare unwrap+decrypt loop: its own wall time). CPU per trigger: the server process's
 CPU seconds over its window / N (the relay, the fakes and this process are not counted); the bare loops'
 own: this thread's CPU (unwrap+decrypt), this process's (with sends). The host is shared by the server,
 the relay and the fakes, and on a small or busy host the rates say more about the scheduler than about
-the server: each ratio is printed by rate and by CPU per trigger, target >= 70 % for both.
+the server: each ratio is printed by rate and by CPU per trigger, target >= 70 % for both. Last, what
+the target rate would take at the measured costs: the server's CPU per trigger times that rate (over
+1 core, one process cannot reach it) and the whole run's (server, fakes, relay, publisher; over the
+host's cores, nothing on this host can).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -73,6 +79,20 @@ RAISED = 1_000_000_000
 STALL_SECONDS = 20.0
 SILENT = {"aps": {"content-available": 1}}  # the body the server sends (app/marmot/dispatch.py)
 Batch = tuple[list[dict[str, Any]], int, int]  # gift wraps, APNs tokens, FCM tokens
+
+
+class Measured(NamedTuple):
+    rate: float  # triggers/s, wall
+    cpu: float  # CPU seconds per trigger of the process doing the work
+
+
+class Ends(NamedTuple):
+    """What a round sends through and measures: the relay, the fakes and the server."""
+
+    session: aiohttp.ClientSession
+    relay_url: str
+    fakes: tuple[Fake, Fake]
+    server_pid: int
 
 
 # --------------------------------------------------------------------------- what is sent
@@ -284,9 +304,10 @@ async def ours(
     fakes: tuple[Fake, Fake],
     batch: tuple[list[Any], int, int],
     server_pid: int,
-) -> tuple[float, float]:
-    """Triggers per second through the relay and the server (0 when not all pushes arrived), and the
-    server's CPU seconds per trigger meanwhile."""
+) -> tuple[Measured, float]:
+    """Triggers per second through the relay and the server (0 when not all pushes arrived) and the
+    server's CPU seconds per trigger meanwhile; and the CPU seconds per trigger of everything the run
+    took: the server, the fakes, the relay and the publisher (this process)."""
     apns, fcm = fakes
     wraps, apns_count, fcm_count = batch
     await apns.reset(session)
@@ -301,8 +322,9 @@ async def ours(
         f"  CPU over {seconds:.2f} s: server {spent[0]:.2f} s, fake APNs {spent[1]:.2f} s, "
         f"fake FCM {spent[2]:.2f} s, relay and this process {spent[3]:.2f} s"
     )
-    cpu = spent[0] / len(wraps) if last else math.nan  # not every trigger's work was done
-    return (0.0 if last == 0 else len(wraps) / ((last - started) / 1e9)), cpu
+    if not last:  # not every trigger's work was done: no rate, no CPU per trigger
+        return Measured(0.0, math.nan), math.nan
+    return Measured(len(wraps) / seconds, spent[0] / len(wraps)), sum(spent) / len(wraps)
 
 
 # --------------------------------------------------------------------------- the run
@@ -328,46 +350,104 @@ async def run(args: argparse.Namespace) -> int:
             await wait_ready(session, int(server.match.group(1)))
             warm_up = make_triggers(key, 50, 2, 0)
             await ours(session, relay_url, (apns, fcm), warm_up, server.pid)
+            ends = Ends(session, relay_url, (apns, fcm), server.pid)
             for tokens in args.tokens:
-                failures += await one_size(
-                    args, key, session, relay_url, (apns, fcm), tokens, results, server.pid
-                )
+                failures += await one_size(args, key, ends, tokens, results)
         finally:
             await stop_process(server)
     results.write(args.json)
     return 1 if failures else 0
 
 
-async def one_size(
-    args: argparse.Namespace,
-    key: ServerKey,
-    session: aiohttp.ClientSession,
-    relay_url: str,
-    fakes: tuple[Fake, Fake],
-    tokens: int,
-    results: Results,
-    server_pid: int,
-) -> int:
-    batch = make_triggers(key, args.triggers, tokens, tokens, args.fcm_every)
+class Round(NamedTuple):
+    bare: Measured  # unwrap+decrypt
+    sends: Measured | None  # unwrap+decrypt+send (APNs-only batches)
+    push_cpu: float | None  # the delivery core's CPU seconds per push (APNs-only batches)
+    ours: Measured
+    run_cpu: float  # CPU seconds per trigger of the server, the fakes, the relay and the publisher
+
+
+async def one_round(args: argparse.Namespace, key: ServerKey, ends: Ends, tokens: int, number: int) -> Round:
+    """Every measure once, on a fresh batch of triggers."""
+    batch = make_triggers(key, args.triggers, tokens, (tokens * 16 + number) % 256, args.fcm_every)
     with service_collector():
         seconds, bare_cpu, decrypted = bare_loop(key, batch[0])
     assert decrypted == args.triggers * tokens
-    bare = Measured(args.triggers / seconds, bare_cpu / args.triggers)
     sends, push_cpu = None, None
     if batch[2] == 0:
-        sends = Measured(*await bare_sends(key, session, fakes[0], batch, args.concurrency))
-        push_cpu = await core_sends(key, fakes[0], batch, args.concurrency)
-    our_rate, cpu = await ours(session, relay_url, fakes, batch, server_pid)
-    server = Measured(our_rate, cpu)
-    print(f"{tokens} token(s) per trigger, {args.triggers} triggers; load {load_average()}")
-    compare(results, tokens, "bare unwrap+decrypt", bare, server)
-    if sends is None:
+        sends = Measured(*await bare_sends(key, ends.session, ends.fakes[0], batch, args.concurrency))
+        push_cpu = await core_sends(key, ends.fakes[0], batch, args.concurrency)
+    server, run_cpu = await ours(ends.session, ends.relay_url, ends.fakes, batch, ends.server_pid)
+    return Round(
+        Measured(args.triggers / seconds, bare_cpu / args.triggers), sends, push_cpu, server, run_cpu
+    )
+
+
+async def one_size(
+    args: argparse.Namespace, key: ServerKey, ends: Ends, tokens: int, results: Results
+) -> int:
+    """`args.rounds` rounds at `tokens` tokens per trigger; their medians compared and recorded."""
+    rounds = [await one_round(args, key, ends, tokens, number) for number in range(args.rounds)]
+    if any(not round_.ours.rate for round_ in rounds):
+        return 1
+    typical = _medians(rounds)
+    print(
+        f"{tokens} token(s) per trigger, {args.triggers} triggers, median of {len(rounds)} round(s); load {load_average()}"
+    )
+    _print_spread(rounds)
+    compare(results, tokens, "bare unwrap+decrypt", typical.bare, typical.ours)
+    if typical.sends is None or typical.push_cpu is None:
         print("  bare unwrap+decrypt+send: not run (it sends to APNs only: use --fcm-every 0)")
     else:
-        compare(results, tokens, "bare unwrap+decrypt+send", sends, server)
-    if push_cpu is not None:
-        pushes_aside(results, tokens, bare, server, push_cpu)
-    return 0 if our_rate else 1
+        compare(results, tokens, "bare unwrap+decrypt+send", typical.sends, typical.ours)
+        pushes_aside(results, tokens, typical.bare, typical.ours, typical.push_cpu)
+    cores_needed(results, tokens, typical)
+    return 0
+
+
+def _medians(rounds: list[Round]) -> Round:
+    sends = [round_.sends for round_ in rounds if round_.sends is not None]
+    push_cpu = [round_.push_cpu for round_ in rounds if round_.push_cpu is not None]
+    return Round(
+        _median([round_.bare for round_ in rounds]),
+        _median(sends) if sends else None,
+        statistics.median(push_cpu) if push_cpu else None,
+        _median([round_.ours for round_ in rounds]),
+        statistics.median(round_.run_cpu for round_ in rounds),
+    )
+
+
+def _median(measures: list[Measured]) -> Measured:
+    """The median rate and the median CPU per trigger (not necessarily of the same round)."""
+    return Measured(statistics.median(m.rate for m in measures), statistics.median(m.cpu for m in measures))
+
+
+def _print_spread(rounds: list[Round]) -> None:
+    for number, round_ in enumerate(rounds, 1):
+        print(
+            f"  round {number}: bare unwrap+decrypt {round_.bare.rate:,.0f}/s {round_.bare.cpu * 1000:.2f} ms; "
+            f"ours {round_.ours.rate:,.0f}/s {round_.ours.cpu * 1000:.2f} ms; everything in the run "
+            f"{round_.run_cpu * 1000:.2f} ms CPU per trigger"
+        )
+
+
+def cores_needed(results: Results, tokens: int, typical: Round) -> None:
+    """What the target rate would take on this host: the server's CPU per trigger and the whole run's,
+    each times the rate. Past 1 core the server cannot reach it as one process; past the host's cores
+    nothing can."""
+    rate = RATIO_TARGET * typical.bare.rate
+    server, everything, cores = typical.ours.cpu * rate, typical.run_cpu * rate, os.cpu_count() or 1
+    display = (
+        f"server {server:.2f} cores (one process: at most {1 / typical.ours.cpu:,.0f} triggers/s); "
+        f"server, fakes, relay and publisher {everything:.2f} cores; this host has {cores}"
+    )
+    print(f"  CPU the target rate ({rate:,.0f} triggers/s) takes at these costs: {display}")
+    results.add(
+        f"CPU the target rate takes at these costs, {tokens} token(s)",
+        display,
+        value=everything,
+        unit="cores",
+    )
 
 
 def pushes_aside(results: Results, tokens: int, bare: Measured, server: Measured, push_cpu: float) -> None:
@@ -393,11 +473,6 @@ def pushes_aside(results: Results, tokens: int, bare: Measured, server: Measured
         meets(ratio >= RATIO_TARGET),
         value=ratio,
     )
-
-
-class Measured(NamedTuple):
-    rate: float  # triggers/s, wall
-    cpu: float  # CPU seconds per trigger of the process doing the work
 
 
 def compare(results: Results, tokens: int, name: str, bare: Measured, server: Measured) -> None:
@@ -452,6 +527,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--env", action="append", default=[], metavar="XMTP_PUSH_NAME=VALUE", help="a setting for the server"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per size, each on fresh triggers; medians are compared (default 3)",
     )
     parser.add_argument("--json", help="also write the results as JSON to this path")
     return parser.parse_args(argv)
