@@ -349,6 +349,36 @@ async def test_connection_lost_mid_request_is_transient(fake: FakeApns, provider
     assert (await provider.send(apns_push(hint(), device("ok.reconnected")))).kind is OutcomeKind.DELIVERED
 
 
+async def test_a_connection_is_kept_while_used_and_closed_once_idle(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    # aioapns closes a connection INACTIVITY_TIME after its last write (10 s); shortened here, on this
+    # pool's own protocol class.
+    provider._pool.protocol_class.INACTIVITY_TIME = 0.5
+    opened = fake.connections  # the fake counts every connection since it started
+    for i in range(6):  # a push every 0.2 s for 1.2 s: never idle for 0.5 s
+        assert (await provider.send(apns_push(hint(i), device(f"ok.busy{i}")))).kind is OutcomeKind.DELIVERED
+        await asyncio.sleep(0.2)
+    assert fake.connections == opened + 1 and len(provider._pool.connections) == 1
+    await asyncio.sleep(0.8)  # idle past 0.5 s: closed, and the pool lets it go
+    assert provider._pool.connections == []
+    assert (await provider.send(apns_push(hint(), device("ok.after-idle")))).kind is OutcomeKind.DELIVERED
+    assert fake.connections == opened + 2
+
+
+async def test_pushes_started_together_all_arrive_and_each_answer_reaches_its_own(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    # Requests started in one loop iteration leave in one write; every answer still finds its push.
+    fake.script("gone.together", Reply(410, "Unregistered"))
+    tokens = [f"ok.together{i}" for i in range(40)] + ["gone.together"]
+    outcomes = await asyncio.gather(
+        *(provider.send(apns_push(hint(i), device(t))) for i, t in enumerate(tokens))
+    )
+    assert [o.kind for o in outcomes] == [OutcomeKind.DELIVERED] * 40 + [OutcomeKind.DEAD]
+    assert sorted(r.token for r in fake.requests) == sorted(tokens)
+
+
 async def test_untrusted_server_certificate_is_transient(fake: FakeApns, tmp_path: Path) -> None:
     other = make_tls_files(tmp_path / "other-ca")  # a CA that did not sign the fake's certificate
     credentials = apns_credentials(

@@ -21,7 +21,9 @@ needs lives here:
 - the request itself is built here, not by aioapns, to keep its cost per push
   low (see RequestEncoder): headers go to h2 as we write them (already
   lowercase, no connection headers, so h2's normalising and checking passes
-  are skipped).
+  are skipped);
+- it writes to the socket, and re-arms its idle timer, at every request and every read; here the
+  bytes h2 has to send go out once per event-loop iteration, and one timer watches for idleness.
 """
 
 from __future__ import annotations
@@ -145,6 +147,37 @@ class _Protocol(APNsTLSClientProtocol):
         self._host = self.APNS_SERVER.encode()
         self._apns_topic = self.apns_topic.encode()
         self._authorization: tuple[str, bytes] = ("", b"")
+        self._write_scheduled = False
+        self._active_at = 0.0  # loop time of the last write asked for (see refresh_inactivity_timer)
+
+    def flush(self) -> None:
+        """What h2 has to send goes out once per loop iteration, not at every request: the pushes
+        started together (a trigger's tokens, a worker's deliveries) leave in one TLS write."""
+        self._active_at = self.loop.time()
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self.loop.call_soon(self._write)
+
+    def _write(self) -> None:
+        self._write_scheduled = False
+        data = self.conn.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def refresh_inactivity_timer(self) -> None:
+        """aioapns closes a connection INACTIVITY_TIME after its last write, cancelling and arming a
+        timer at every write; here one timer checks when the last write was."""
+        self._active_at = self.loop.time()
+        if self.inactivity_timer is None:
+            self.inactivity_timer = self.loop.call_later(self.INACTIVITY_TIME, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        idle = self.loop.time() - self._active_at
+        if idle < self.INACTIVITY_TIME:
+            self.inactivity_timer = self.loop.call_later(self.INACTIVITY_TIME - idle, self._close_if_idle)
+            return
+        self.inactivity_timer = None
+        self.close()
 
     def on_data_received(self, raw_data: bytes, stream_id: int) -> None:
         self.conn.acknowledge_received_data(len(raw_data), stream_id)  # Apple sends no padding
