@@ -158,9 +158,10 @@ class _Protocol(APNsTLSClientProtocol):
         self._active_at = 0.0  # loop time of the last write asked for (see refresh_inactivity_timer)
 
     def flush(self) -> None:
-        """What h2 has to send goes out at the end of the loop iteration, or at once every
-        WRITE_BATCH requests, not at every request: pushes started together (a trigger's tokens, a
-        worker's deliveries) share TLS writes."""
+        """What h2 has to send goes out at the end of the loop iteration, or at once when this is
+        the WRITE_BATCH-th call since the last write (a request, or a read: aioapns flushes after
+        each), not at every request: pushes started together (a trigger's tokens, a worker's
+        deliveries) share TLS writes."""
         self._active_at = self.loop.time()
         self._unwritten += 1
         if self._unwritten >= WRITE_BATCH:
