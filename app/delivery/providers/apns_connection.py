@@ -65,8 +65,8 @@ _H2_CONFIG = H2Configuration(
 CLOSED_STREAMS_KEPT = 8192
 # Requests a connection holds back before writing them at once. All of a loop iteration's requests in
 # one write would save more CPU, but the first would wait for the last to be encoded, and a server
-# answering what it has read would sit idle meanwhile: against the local fake, a worker's hints/s fell
-# by a third. Eight keeps most of the saving and the server busy.
+# answering what it has read would sit idle meanwhile: against the local fake, a delivery worker's
+# pushes per second fell by a third. Eight keeps most of the saving and the server busy.
 WRITE_BATCH = 8
 
 
