@@ -26,7 +26,7 @@ from app.marmot.admission import Dedup
 from app.marmot.keys import ServerKey
 from app.marmot.pending import PendingTriggers, TriggerSink
 from app.marmot.relay_session import RelaySession
-from app.marmot.triggers import Limits, TriggerHandler
+from app.marmot.triggers import Limits, TriggerHandler, TriggerResult, count_trigger
 
 log = logging.getLogger("workers.marmot")
 
@@ -145,7 +145,7 @@ class MarmotServer:
             log.info("relay %d: %s", number, reaction.notice)
         self._note_subscription(number, session.live, backoff)
         if reaction.backlog:
-            metrics.marmot_triggers_total.labels("backlog").inc()
+            count_trigger(TriggerResult.BACKLOG)
         if reaction.trigger is not None:
             self._pending.offer(reaction.trigger, len(text))  # what it holds: about its frame's text
         return not reaction.reconnect
