@@ -11,8 +11,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.config import ENV_PREFIX, Settings, SettingsError
-from app.core.database import create_engine, create_session_factory
+from app.core.database import create_engine, create_read_engine, create_session_factory
+from app.core.dependencies import DependencyLog
 from app.core.probes import Check, Probes
+from app.delivery.egress import EgressProxy
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.url_policy import UrlPolicy
 from app.matrix.config import GatewayConfig, load_gateway_config
@@ -24,10 +26,10 @@ from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
 from app.queue.memory import MemoryQueue
 from app.queue.redis_streams import RedisQueue
 from app.recipients.service import RecipientRules
-from app.recipients.types import Channel
+from app.recipients.types import DELIVERY_CHANNELS
 
 # Every stream of the queue: envelopes to fan out, then one per XMTP channel.
-STREAMS = (ENVELOPES, *(delivery_stream(c.label) for c in Channel if c is not Channel.UNSPECIFIED))
+STREAMS = (ENVELOPES, *(delivery_stream(c) for c in DELIVERY_CHANNELS.values()))
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,8 @@ class Runtime:
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     # For work that only reads, one statement at a time (fan-out pages, delivery targets): no
-    # transaction, so no BEGIN and ROLLBACK round trips around each query.
+    # transaction, so no BEGIN and ROLLBACK round trips around each query. On the read replica
+    # when XMTP_PUSH_DATABASE_READ_URL is set; every write, and every read inside one, uses `sessions`.
     reads: async_sessionmaker[AsyncSession]
     rules: RecipientRules
     # Redis when configured; the in-process queue only where the caller allows it (dev).
@@ -49,17 +52,19 @@ class Runtime:
     providers: ProviderRegistry = field(default_factory=ProviderRegistry)
     # The Matrix push gateway, when XMTP_PUSH_MATRIX_APPS names its apps.
     matrix: Gateway | None = None
+    # The read replica's engine, behind `reads`, when XMTP_PUSH_DATABASE_READ_URL is set.
+    replica: AsyncEngine | None = None
+    # What the process last saw of the database and Redis: one log line per change of state.
+    dependencies: DependencyLog = field(default_factory=DependencyLog)
 
     async def queue_ready(self) -> bool:
         return self.queue is None or await self.queue.ping()
 
     async def database_ready(self) -> bool:
-        try:
-            async with self.engine.connect() as connection:
-                await connection.execute(text("SELECT 1"))
-        except Exception:
-            return False
-        return True
+        return await _answers(self.engine)
+
+    async def replica_ready(self) -> bool:
+        return self.replica is None or await _answers(self.replica)
 
     async def providers_ready(self) -> bool:
         """Every channel the settings configure has its provider built."""
@@ -73,22 +78,40 @@ class Runtime:
             await sample_backlog(self.queue, STREAMS)
 
     def probes(self, *checks: str) -> Probes:
-        """Readiness by the named checks (`database`, `redis`, `providers`); `redis` only with Redis."""
+        """Readiness by the named checks (`database`, `replica`, `redis`, `providers`); `redis` only
+        with Redis, `replica` only with a read replica."""
         known: dict[str, Check] = {
             "database": self.database_ready,
+            "replica": self.replica_ready,
             "redis": self.queue_ready,
             "providers": self.providers_ready,
         }
-        names = [name for name in checks if name != "redis" or self.settings.redis_url]
+        configured = {"redis": bool(self.settings.redis_url), "replica": self.replica is not None}
+        names = [name for name in checks if configured.get(name, True)]
         return Probes({name: known[name] for name in names}, self.sample_gauges)
+
+
+async def _answers(engine: AsyncEngine) -> bool:
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+    except Exception:
+        return False
+    return True
 
 
 def _open_queue(settings: Settings, in_process_queue: bool) -> tuple[WorkQueue | None, ActivityLog | None]:
     if settings.redis_url:
-        queue = RedisQueue.from_url(settings.redis_url, settings.queue_reclaim_seconds)
-        return queue, RedisActivityLog(queue.redis)
+        queue = RedisQueue.from_url(
+            settings.redis_url,
+            settings.queue_reclaim_seconds,
+            settings.queue_partitions,
+            settings.redis_cluster,
+            settings.redis_max_connections,
+        )
+        return queue, RedisActivityLog(queue.link)
     if in_process_queue:
-        return MemoryQueue(settings.queue_reclaim_seconds), MemoryActivityLog()
+        return MemoryQueue(settings.queue_reclaim_seconds, settings.queue_partitions), MemoryActivityLog()
     return None, None
 
 
@@ -106,11 +129,13 @@ def _build_providers(
     settings: Settings, defaults: list[ChannelApp], matrix: GatewayConfig | None
 ) -> ProviderRegistry:
     """Every provider of the process: the flat settings' apps, and each gateway app's own (bounded
-    by the gateway's request time)."""
-    providers = list(ProviderRegistry.build(defaults, settings.http_timeout_seconds))
+    by the gateway's request time, through its file's `proxy:` when it names one)."""
+    proxy = EgressProxy.for_providers(settings)
+    providers = list(ProviderRegistry.build(defaults, settings.http_timeout_seconds, proxy))
     if matrix is not None:
         timeout = settings.matrix_request_timeout_seconds
-        providers += ProviderRegistry.build(matrix.apps.channel_apps(), timeout)
+        matrix_proxy = EgressProxy.for_providers(settings, matrix.proxy)
+        providers += ProviderRegistry.build(matrix.apps.channel_apps(), timeout, matrix_proxy)
     return ProviderRegistry(providers)
 
 
@@ -120,7 +145,9 @@ async def open_gateway(
 ) -> AsyncIterator[Gateway]:
     """The gateway over its providers, with its memory of deliveries (Redis when configured)."""
     memory: DeliveredMemory = (
-        RedisMemory.from_url(settings.redis_url) if settings.redis_url else ProcessMemory()
+        RedisMemory.from_url(settings.redis_url, settings.redis_cluster, settings.redis_max_connections)
+        if settings.redis_url
+        else ProcessMemory()
     )
     gateway = Gateway(config.apps, providers, memory, settings.matrix_request_timeout_seconds)
     try:
@@ -151,9 +178,12 @@ async def open_runtime(
     """The process's long-lived parts; `sends`: with the providers of every configured channel;
     `gateway`: with the Matrix gateway too, when XMTP_PUSH_MATRIX_APPS is set (HTTP processes)."""
     engine = create_engine(settings)
+    replica = create_read_engine(settings)
     queue, activity = _open_queue(settings, in_process_queue)
     providers = ProviderRegistry()
     try:
+        if isinstance(queue, RedisQueue):
+            await queue.start()  # another partition count stops start-up here
         async with AsyncExitStack() as stack:
             matrix_gateway = None
             if sends:
@@ -167,15 +197,20 @@ async def open_runtime(
                 settings=settings,
                 engine=engine,
                 sessions=create_session_factory(engine),
-                reads=create_session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
+                reads=create_session_factory(
+                    (replica or engine).execution_options(isolation_level="AUTOCOMMIT")
+                ),
                 rules=RecipientRules.from_settings(settings),
                 queue=queue,
                 activity=activity,
                 providers=providers,
                 matrix=matrix_gateway,
+                replica=replica,
             )
     finally:
         await providers.close()
         if queue is not None:
             await queue.close()
         await engine.dispose()
+        if replica is not None:
+            await replica.dispose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,12 +25,14 @@ import pytest
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.runtime import open_runtime
-from tests.builders import (
+from tests.support import Api, make_settings
+from tests.support.builders import (
     ALL_TRANSPORTS,
     BAD_SECRET,
     KEY_LENGTH,
     MALFORMED,
     NOT_CONFIGURED,
+    NOT_CONFIGURED_MESSAGE,
     NOT_REGISTERED,
     SUBSCRIPTION_MALFORMED,
     TOPIC_LIMIT,
@@ -60,7 +63,6 @@ from tests.builders import (
     update,
     welcome_topic,
 )
-from tests.support import Api, make_settings
 from workers.server import running_api
 
 ApiWith = Callable[..., AbstractAsyncContextManager[Api]]
@@ -259,6 +261,28 @@ async def test_row4_channel_not_configured(
         # the configured channels still work
         other = fcm() if "fcm" not in delivery else apns()
         assert all(state.topic_count == 0 for state in await accepted(api, register(new_creds(), other)))
+
+
+async def test_row4_the_operator_is_told_once_per_channel_what_configures_it(
+    api_with: ApiWith, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller gets the constant message over gRPC and Connect; the log gets one WARNING per
+    channel naming the settings it needs, however many calls ask for it."""
+    async with api_with(http_enabled=False, fcm_service_account=None) as api:
+        with caplog.at_level(logging.WARNING, logger="app.recipients"):
+            for _ in range(3):
+                await refused(
+                    api, register(new_creds(), http()), "failed_precondition", NOT_CONFIGURED_MESSAGE
+                )
+                await refused(
+                    api, register(new_creds(), fcm()), "failed_precondition", NOT_CONFIGURED_MESSAGE
+                )
+    told = [r.getMessage() for r in caplog.records if r.name == "app.recipients.service"]
+    assert told == [
+        "Register asked for channel http, which is not configured: it needs XMTP_PUSH_HTTP_ENABLED=true",
+        "Register asked for channel fcm, which is not configured: it needs XMTP_PUSH_FCM_SERVICE_ACCOUNT",
+    ]
+    assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == "app.recipients.service")
 
 
 async def test_row4_before_url_key_and_target_checks(api_with: ApiWith) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from app.core.config import Settings, SettingsError
 from app.delivery.credentials import apns_credentials
 from app.delivery.providers.apns import ApnsProvider, SharedToken
 from app.delivery.providers.apns_connection import CLOSED_STREAMS_KEPT
-from app.delivery.types import OutcomeKind
+from app.delivery.types import ApnsExtras, OutcomeKind, Priority, Push, PushKind
 from app.fanout.hints import Hint, apns_push
 from app.recipients.types import Target
 from app.testing import keys
@@ -39,22 +40,11 @@ SEQUENCE_ID = 18_446_744_073_709_551_615  # uint64 max: travels as decimal text
 APNS_CHANNEL = 1
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("fake-apns-tls"))
-
-
-@pytest.fixture(scope="module")
-def server(tls: TlsFiles) -> Iterator[FakeApns]:
-    with FakeApns(tls) as fake:
-        yield fake
-
-
 @pytest.fixture
-def fake(server: FakeApns) -> Iterator[FakeApns]:
-    server.reset()
-    yield server
-    assert server.failures == []  # every request we sent was well-formed HTTP/2
+def fake(apns_server: FakeApns) -> Iterator[FakeApns]:
+    apns_server.reset()
+    yield apns_server
+    assert apns_server.failures == []  # every request we sent was well-formed HTTP/2
 
 
 def apns_settings(fake: FakeApns, **overrides: Any) -> Settings:
@@ -116,6 +106,32 @@ async def test_request_headers_body_and_token(fake: FakeApns, provider: ApnsProv
     assert claims["iss"] == TEAM_ID
     assert abs(claims["iat"] - time.time()) < 60
     assert set(claims) == {"iss", "iat"}
+
+
+async def test_a_push_without_a_push_type_sends_no_header_on_the_wire(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    # In turn with pushes that carry one, on one connection: a header indexed by HPACK for an
+    # earlier request must not come back on a request that leaves it out.
+    body = b'{"aps":{"alert":"hi"}}'
+    bare = Push("ok.bare", body, PushKind.ALERT, Priority.HIGH, extras=ApnsExtras(push_type_from_kind=False))
+    voip = Push("ok.voip", body, PushKind.ALERT, Priority.HIGH, extras=ApnsExtras(push_type="voip"))
+    pushes = [apns_push(hint(), device("ok.kind")), bare, voip, bare, apns_push(hint(), device("ok.kind"))]
+    for push in pushes:
+        assert (await provider.send(push)).kind is OutcomeKind.DELIVERED
+
+    sent = [
+        (r.token, [value for name, value in r.headers if name == "apns-push-type"]) for r in fake.requests
+    ]
+    assert sent == [
+        ("ok.kind", ["background"]),  # the XMTP path: the push's kind, always
+        ("ok.bare", []),
+        ("ok.voip", ["voip"]),
+        ("ok.bare", []),
+        ("ok.kind", ["background"]),
+    ]
+    assert len({r.connection for r in fake.requests}) == 1
+    assert all(r.header("apns-priority") == "10" for r in fake.requests[1:4])  # the rest still sent
 
 
 async def test_every_request_has_its_own_canonical_apns_id(fake: FakeApns, provider: ApnsProvider) -> None:
@@ -223,9 +239,9 @@ def test_shared_token_is_renewed_before_it_is_an_hour_old() -> None:
         ("expiredtoken", OutcomeKind.DEAD),  # 410 ExpiredToken
         ("bad", OutcomeKind.MISMATCH),  # 400 BadDeviceToken
         ("topic", OutcomeKind.MISMATCH),  # 400 DeviceTokenNotForTopic
-        ("busy", OutcomeKind.TRANSIENT),  # 429
-        ("err", OutcomeKind.TRANSIENT),  # 500
-        ("unavailable", OutcomeKind.TRANSIENT),  # 503
+        ("busy", OutcomeKind.FAILED),  # 429
+        ("err", OutcomeKind.FAILED),  # 500
+        ("unavailable", OutcomeKind.FAILED),  # 503
         ("forbidden", OutcomeKind.REJECTED),  # 403 InvalidProviderToken
         ("badtopic", OutcomeKind.REJECTED),  # 400, another reason
         ("toolarge", OutcomeKind.REJECTED),  # 413
@@ -264,6 +280,27 @@ async def test_many_error_answers_on_one_connection_all_resolve(fake: FakeApns) 
     assert len({r.connection for r in fake.requests}) == 1
 
 
+async def test_padded_error_answers_on_one_connection_all_resolve(fake: FakeApns) -> None:
+    # Padding takes window like the body (RFC 9113 section 6.1). A client that gives back only the
+    # body's length loses 256 bytes of its 64 KiB connection window per answer here: it stalls after
+    # about 250 answers, and every later request on the connection times out.
+    fake.pad_length = 255
+    credentials = apns_credentials(apns_settings(fake))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=5.0, max_connections=1)
+    try:
+        for wave in range(15):  # 200 at once: each wave well within the timeout on a busy host
+            numbers = range(wave * 200, (wave + 1) * 200)
+            outcomes = await asyncio.gather(
+                *(apns.send(apns_push(hint(i), device(f"gone.p{i}"))) for i in numbers)
+            )
+            assert Counter(o.kind for o in outcomes) == {OutcomeKind.DEAD: 200}, f"wave {wave}"
+    finally:
+        await apns.close()
+    assert len(fake.requests) == 3000
+    assert len({r.connection for r in fake.requests}) == 1
+
+
 async def test_delivered_requests_leave_no_bookkeeping_behind(fake: FakeApns, provider: ApnsProvider) -> None:
     for i in range(20):
         await provider.send(apns_push(hint(i), device(f"ok.b{i}")))
@@ -290,7 +327,7 @@ async def test_timeout_bounds_a_server_that_never_answers(fake: FakeApns) -> Non
             *(apns.send(apns_push(hint(i), device(f"slow.{i}"))) for i in range(20))
         )
         elapsed = time.monotonic() - started
-        assert [o.kind for o in outcomes] == [OutcomeKind.TRANSIENT] * 20
+        assert [o.kind for o in outcomes] == [OutcomeKind.FAILED] * 20
         assert elapsed < 2.0
         # The abandoned streams are reset (their slots are free again) and the connection still works.
         for _ in range(300):  # up to 3 s for the RST_STREAM frames to come in
@@ -314,7 +351,7 @@ async def test_an_answer_after_the_timeout_harms_no_other_request(fake: FakeApns
         late = asyncio.ensure_future(apns.send(apns_push(hint(), device("late"))))
         await asyncio.sleep(0.5)
         steady = asyncio.ensure_future(apns.send(apns_push(hint(), device("steady"))))
-        assert (await late).kind is OutcomeKind.TRANSIENT  # given up after 1 s
+        assert (await late).kind is OutcomeKind.FAILED  # given up after 1 s
         fake.release()  # the late answer arrives now, while `steady` is in flight on the same connection
         assert (await steady).kind is OutcomeKind.DELIVERED
         assert (await apns.send(apns_push(hint(), device("ok.still")))).kind is OutcomeKind.DELIVERED
@@ -333,7 +370,7 @@ async def test_connection_refused_is_transient(tls: TlsFiles) -> None:
     apns = ApnsProvider(credentials, timeout_seconds=2.0)
     try:
         started = time.monotonic()
-        assert (await apns.send(apns_push(hint(), device("ok.refused")))).kind is OutcomeKind.TRANSIENT
+        assert (await apns.send(apns_push(hint(), device("ok.refused")))).kind is OutcomeKind.FAILED
         assert time.monotonic() - started < 2.5
     finally:
         await apns.close()
@@ -344,7 +381,7 @@ async def test_connection_lost_mid_request_is_transient(fake: FakeApns, provider
     pending = asyncio.ensure_future(provider.send(apns_push(hint(), device("hang"))))
     await fake.wait_for(1)
     fake.drop_connections()
-    assert (await asyncio.wait_for(pending, 3)).kind is OutcomeKind.TRANSIENT
+    assert (await asyncio.wait_for(pending, 3)).kind is OutcomeKind.FAILED
     # A new connection is made for the next send.
     assert (await provider.send(apns_push(hint(), device("ok.reconnected")))).kind is OutcomeKind.DELIVERED
 
@@ -387,7 +424,7 @@ async def test_untrusted_server_certificate_is_transient(fake: FakeApns, tmp_pat
     assert credentials is not None
     apns = ApnsProvider(credentials, timeout_seconds=2.0)
     try:
-        assert (await apns.send(apns_push(hint(), device("ok.untrusted")))).kind is OutcomeKind.TRANSIENT
+        assert (await apns.send(apns_push(hint(), device("ok.untrusted")))).kind is OutcomeKind.FAILED
     finally:
         await apns.close()
     assert fake.requests == []

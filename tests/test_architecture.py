@@ -1,43 +1,82 @@
-"""The delivery core stays source-neutral: no XMTP vocabulary in app/delivery.
+"""The tests' own structure: no module of tests/ imports a test module (`test_*.py`).
 
-The package layers themselves are checked by `lint-imports` in `make lint` ([tool.importlinter] in
-pyproject.toml). This checks the words: a provider that mentions topics, sequence ids, recipients
-or hints has started to know where its pushes come from. APNs's own header `apns-topic` (the
-app's bundle id), Apple's reasons `DeviceTokenNotForTopic` and `TopicDisallowed` and Web Push's
-replacement header (named `Topic` by RFC 8030) are the channels' vocabulary.
+What several test modules share lives in tests/conftest.py and the package tests/support/ (its
+modules, and the plugin conftest registers, tests/support/fakes.py), so moving or deleting one test
+module breaks no other. The product's structure is held by the import contracts: `lint-imports` in
+`make lint`, [tool.importlinter] in pyproject.toml.
 """
 
 from __future__ import annotations
 
-import re
+import ast
 from pathlib import Path
 
-DELIVERY_CORE = Path(__file__).resolve().parents[1] / "app" / "delivery"
-SOURCE_WORDS = re.compile(r"topic|sequence|recipient|hint", re.IGNORECASE)
-CHANNEL_WORDS = re.compile(
-    r'apns[-_ ]topic|DeviceTokenNotForTopic|TopicDisallowed|COLLAPSE_HEADER = "topic"', re.IGNORECASE
-)
+TESTS = Path(__file__).resolve().parent
 
 
-def source_words(text: str) -> list[str]:
-    return SOURCE_WORDS.findall(CHANNEL_WORDS.sub("", text))
+def is_test_module(name: str) -> bool:
+    """`tests.test_x`, `test_x` or (relative) `.test_x`, with or without a name inside it."""
+    parts = name.lstrip(".").split(".")
+    if parts[0] == "tests":
+        parts = parts[1:]
+    return bool(parts) and parts[0].startswith("test_")
 
 
-def test_the_check_finds_source_words_and_spares_the_channels_own() -> None:
-    assert source_words("def send(self, hint: Hint, target: Target)") == ["hint", "Hint"]
-    assert source_words('body["sequence_id"], recipient_id, collapse_id=topic') == [
-        "sequence",
-        "recipient",
-        "topic",
+def imported_test_modules(source: str) -> list[str]:
+    """The test modules that `source` imports, wherever the import stands (top level or in a function)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names if is_test_module(alias.name)}
+        elif isinstance(node, ast.ImportFrom):
+            package = "." * node.level + (node.module or "")
+            if is_test_module(package):
+                names.add(package)
+            else:  # `from tests import test_x`, `from . import test_x`
+                joined = (
+                    f"{package}.{alias.name}" if node.module else f"{package}{alias.name}"
+                    for alias in node.names
+                )
+                names |= {name for name in joined if is_test_module(name)}
+    return sorted(names)
+
+
+def test_the_check_finds_every_form_of_import() -> None:
+    source = """
+import tests.test_a
+import tests.test_b as b
+from tests.test_c import helper
+from tests import support
+from tests import test_d
+from .test_e import fixture
+from . import test_f
+import test_g
+from tests.support.cli import run
+from tests.support import ops as ops_support
+from app.testing import keys
+import pytest
+
+def later():
+    from tests.test_h import value
+"""
+    assert imported_test_modules(source) == [
+        ".test_e",
+        ".test_f",
+        "test_g",
+        "tests.test_a",
+        "tests.test_b",
+        "tests.test_c",
+        "tests.test_d",
+        "tests.test_h",
     ]
-    assert source_words('headers["apns-topic"]; push.apns_topic; "DeviceTokenNotForTopic"') == []
-    assert source_words('COLLAPSE_HEADER = "topic"') == []
 
 
-def test_no_module_of_the_delivery_core_mentions_topics_sequence_ids_recipients_or_hints() -> None:
-    modules = sorted(DELIVERY_CORE.rglob("*.py"))
-    assert len(modules) >= 10  # the core and its providers were found
+def test_no_module_of_the_tests_imports_a_test_module() -> None:
+    modules = sorted(TESTS.rglob("*.py"))
+    assert len(modules) >= 50  # the tests were found
     found = {
-        str(m.relative_to(DELIVERY_CORE)): words for m in modules if (words := source_words(m.read_text()))
+        str(module.relative_to(TESTS)): names
+        for module in modules
+        if (names := imported_test_modules(module.read_text(encoding="utf-8")))
     }
-    assert found == {}
+    assert found == {}, "move what they share into tests/conftest.py or a module of tests/support/"

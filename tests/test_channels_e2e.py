@@ -37,9 +37,8 @@ from app.testing.fake_fcm import FakeFcm
 from app.testing.fake_fcm import Reply as FcmReply
 from app.testing.keys import service_account
 from app.testing.webhook_receiver import Receiver
-from tests.pipeline_support import exclusive_redis_db
-from tests.remote_ends import apns_server, fcm_server, tls  # noqa: F401  (fixtures)
 from tests.support import clear_tables, eventually, make_settings
+from tests.support.pipeline import exclusive_redis_db
 from workers.server import running_api
 
 REDIS_URL = "redis://127.0.0.1:6379/7"
@@ -57,12 +56,6 @@ def b64(data: bytes) -> str:
 
 
 # --------------------------------------------------------------------------- remote ends
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    async with Receiver() as started:
-        yield started
 
 
 # --------------------------------------------------------------------------- the pipeline

@@ -1,6 +1,6 @@
 """Expected operational failures end a command with one line naming the setting and a code of its own
-(README, "Exit codes"); the traceback only with `--debug` or XMTP_PUSH_LOG_LEVEL=DEBUG. The password
-in a URL is never printed."""
+(docs/configuration.md, "Exit codes"); the traceback only with `--debug` or XMTP_PUSH_LOG_LEVEL=DEBUG.
+The password in a URL is never printed."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import asyncpg
 import pytest
 
 from app.ops import failures
-from tests.ops_support import child_env, command, free_port
 from tests.support import POSTGRES_ADMIN_DSN, create_sqlite_database
+from tests.support.ops import child_env, command, free_port
 
 PASSWORD = "pw-" + secrets.token_hex(6)
 RUN_TIMEOUT = 60.0

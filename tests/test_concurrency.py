@@ -12,7 +12,8 @@ import pytest
 from google.protobuf.message import Message
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
-from tests.builders import (
+from tests.support import Api, make_settings, running
+from tests.support.builders import (
     BAD_SECRET,
     NOT_REGISTERED,
     Creds,
@@ -32,7 +33,6 @@ from tests.builders import (
     update,
     welcome_topic,
 )
-from tests.support import Api, make_settings, running
 
 ROUNDS = 4
 CONCURRENT = 24

@@ -2,8 +2,8 @@
 
 PostgreSQL is made to refuse connections the way operators meet it (ALLOW_CONNECTIONS false, the
 live connections terminated, as in a failover). Every RPC over gRPC and Connect answers
-UNAVAILABLE (HTTP 503), logs one warning without a stack, and the first call after the database
-returns succeeds (pooled connections are checked before use).
+UNAVAILABLE (HTTP 503), the outage is logged in one warning naming the setting (not one per call)
+and without a stack, and the first call after the database returns succeeds (pooled connections are checked before use).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from app.core.database import is_unavailable
-from tests.builders import Failure, call, new_creds, register
 from tests.support import (
     POSTGRES_ADMIN_DSN,
     Api,
@@ -26,6 +25,7 @@ from tests.support import (
     make_settings,
     running,
 )
+from tests.support.builders import Failure, call, new_creds, register
 
 UNAVAILABLE = Failure("unavailable", "service is unavailable")
 
@@ -66,10 +66,17 @@ async def test_refused_connections_answer_unavailable_and_the_first_call_after_s
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             assert await call(api, transport, register(new_creds())) == UNAVAILABLE
-    assert [r.levelno for r in caplog.records if r.name.startswith("app")] == [logging.WARNING] * 3
-    assert all(r.exc_info is None for r in caplog.records)
-    await refuse_connections(name, refuse=False)
-    assert not isinstance(await call(api, transport, register(new_creds())), Failure)
+        # One line for the outage, not one per call: it names the setting and what is wrong.
+        told = [r.getMessage() for r in caplog.records if r.name.startswith("app")]
+        assert told == [
+            "XMTP_PUSH_DATABASE_URL: the database does not accept connections now; "
+            "calls answer UNAVAILABLE until it serves"
+        ]
+        assert all(r.exc_info is None for r in caplog.records)
+        await refuse_connections(name, refuse=False)
+        assert not isinstance(await call(api, transport, register(new_creds())), Failure)
+        told = [r.getMessage() for r in caplog.records if r.name.startswith("app")]
+    assert told[1:] == ["XMTP_PUSH_DATABASE_URL: the database answers again"]
 
 
 def test_outage_states_are_told_from_bugs() -> None:

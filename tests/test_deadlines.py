@@ -129,3 +129,14 @@ async def test_bounds_of_two_instances_nest_and_the_earlier_one_wins() -> None:
         assert task is not None and task.cancelling() == 0
     await outer.close()
     await inner.close()
+
+
+async def test_closing_ends_the_attempts_still_running_as_timed_out_rather_than_unbounded() -> None:
+    # A provider closed under its attempts (the process stopping) leaves none running without a bound.
+    deadlines = Deadlines(30.0)
+    attempt = asyncio.create_task(_bounded_sleep(deadlines, 60))
+    await asyncio.sleep(0.05)  # the attempt is under its bound
+    await deadlines.close()
+    done, _ = await asyncio.wait({attempt}, timeout=1.0)
+    assert done == {attempt}, "the attempt outlived its bound's close"
+    assert isinstance(attempt.exception(), TimeoutError)

@@ -22,13 +22,14 @@ from app.delivery.retry import MAX_BACKOFF_SECONDS, Retry, backoff, next_step
 from app.delivery.types import (
     DEAD,
     DELIVERED,
+    FAILED,
     MISMATCH,
     REJECTED,
-    TRANSIENT,
     Outcome,
     OutcomeKind,
     Priority,
     PushKind,
+    WebhookExtras,
 )
 from app.fanout.delivery_job import DeliveryJob, first_attempts
 from app.fanout.hints import Hint, apns_push, fcm_push, webhook_body, webhook_id, webhook_push
@@ -72,15 +73,15 @@ def test_dead_token_is_final_on_the_first_attempt() -> None:
 
 @pytest.mark.parametrize("max_attempts", [1, 2, 3, 10])
 def test_transient_is_retried_until_max_attempts_then_fails(max_attempts: int) -> None:
-    retries, final = run([TRANSIENT] * max_attempts, max_attempts)
+    retries, final = run([FAILED] * max_attempts, max_attempts)
     assert len(retries) == max_attempts - 1
     assert [r.job.attempt for r in retries] == list(range(2, max_attempts + 1))
-    assert final.kind is OutcomeKind.TRANSIENT
+    assert final.kind is OutcomeKind.FAILED
     assert final.kind.value == "failed"
 
 
 def test_retry_keeps_the_job_identity() -> None:
-    step = next_step(job(), TRANSIENT, 3, BASE)
+    step = next_step(job(), FAILED, 3, BASE)
     assert isinstance(step, Retry)
     original = job()
     assert (step.job.recipient_id, step.job.topic, step.job.sequence_id) == (
@@ -92,7 +93,7 @@ def test_retry_keeps_the_job_identity() -> None:
 
 
 def test_transient_then_delivered() -> None:
-    retries, final = run([TRANSIENT, TRANSIENT, DELIVERED], 3)
+    retries, final = run([FAILED, FAILED, DELIVERED], 3)
     assert len(retries) == 2
     assert final is DELIVERED
 
@@ -108,18 +109,18 @@ def test_gone_is_dead_once_three_attempts_in_a_row_said_so(max_attempts: int) ->
 
 def test_retries_stop_when_the_next_would_start_after_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "random", lambda: 0.5)  # backoff = base * 2^(n-1): 2, 4, 8 ... s
-    step = next_step(job(attempt=3), TRANSIENT, 30, BASE, window_seconds=60.0, age_seconds=51.0)
+    step = next_step(job(attempt=3), FAILED, 30, BASE, window_seconds=60.0, age_seconds=51.0)
     assert isinstance(step, Retry) and step.delay_seconds == 8.0  # starts at 59 s: inside
-    final = next_step(job(attempt=3), TRANSIENT, 30, BASE, window_seconds=60.0, age_seconds=53.0)
-    assert final == Outcome(OutcomeKind.TRANSIENT)  # would start at 61 s: the window is over
-    quota = Outcome(OutcomeKind.TRANSIENT, delay_seconds=120.0)
-    assert next_step(job(), quota, 30, BASE, window_seconds=100.0) == Outcome(OutcomeKind.TRANSIENT)
+    final = next_step(job(attempt=3), FAILED, 30, BASE, window_seconds=60.0, age_seconds=53.0)
+    assert final == Outcome(OutcomeKind.FAILED)  # would start at 61 s: the window is over
+    quota = Outcome(OutcomeKind.FAILED, delay_seconds=120.0)
+    assert next_step(job(), quota, 30, BASE, window_seconds=100.0) == Outcome(OutcomeKind.FAILED)
 
 
 def test_an_hour_of_transient_failures_is_retried_for_the_whole_hour(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "random", lambda: 0.5)
     current, age, attempts = job(), 0.0, 1
-    while isinstance(step := next_step(current, TRANSIENT, 100, 1.0, 3600.0, age), Retry):
+    while isinstance(step := next_step(current, FAILED, 100, 1.0, 3600.0, age), Retry):
         age += step.delay_seconds
         current, attempts = step.job, attempts + 1
     # 1 + 2 + ... + 256 s, then every 5 minutes: the last attempt falls in the hour's last 5 minutes.
@@ -135,33 +136,33 @@ def test_gone_then_delivered_is_delivered() -> None:
 @pytest.mark.parametrize(
     "attempts",
     [
-        [GONE, TRANSIENT, GONE],
-        [TRANSIENT, GONE, GONE],
-        [GONE, GONE, TRANSIENT],
-        [TRANSIENT, TRANSIENT, GONE],
+        [GONE, FAILED, GONE],
+        [FAILED, GONE, GONE],
+        [GONE, GONE, FAILED],
+        [FAILED, FAILED, GONE],
     ],
 )
 def test_a_transient_among_gone_attempts_means_not_dead(attempts: list[Outcome]) -> None:
     retries, final = run(attempts, 3)
     assert len(retries) == 2
-    assert final.kind is OutcomeKind.TRANSIENT
+    assert final.kind is OutcomeKind.FAILED
 
 
 def test_all_gone_flag_survives_encoding_between_attempts() -> None:
     """Retries travel through the queue: the flag must come back out of the payload."""
     current = job()
-    for outcome in (GONE, TRANSIENT):
+    for outcome in (GONE, FAILED):
         step = next_step(DeliveryJob.decode(current.encode()), outcome, 3, BASE)
         assert isinstance(step, Retry)
         current = step.job
     final = next_step(DeliveryJob.decode(current.encode()), GONE, 3, BASE)
     assert isinstance(final, Outcome)
-    assert final.kind is OutcomeKind.TRANSIENT
+    assert final.kind is OutcomeKind.FAILED
 
 
 def test_provider_delay_is_a_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "random", lambda: 0.0)  # backoff = 0.5 * base = 1 s
-    slow = Outcome(OutcomeKind.TRANSIENT, delay_seconds=120.0)
+    slow = Outcome(OutcomeKind.FAILED, delay_seconds=120.0)
     step = next_step(job(), slow, 3, BASE)
     assert isinstance(step, Retry)
     assert step.delay_seconds == 120.0
@@ -169,14 +170,14 @@ def test_provider_delay_is_a_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_provider_delay_shorter_than_backoff_does_not_shorten_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "random", lambda: 0.5)  # backoff = base * 2^(n-1)
-    step = next_step(job(attempt=3), Outcome(OutcomeKind.TRANSIENT, delay_seconds=0.1), 5, BASE)
+    step = next_step(job(attempt=3), Outcome(OutcomeKind.FAILED, delay_seconds=0.1), 5, BASE)
     assert isinstance(step, Retry)
     assert step.delay_seconds == BASE * 4
 
 
 def test_retry_delay_is_at_least_the_provider_delay() -> None:
     for _ in range(200):
-        step = next_step(job(attempt=2), Outcome(OutcomeKind.TRANSIENT, delay_seconds=5.0), 3, BASE)
+        step = next_step(job(attempt=2), Outcome(OutcomeKind.FAILED, delay_seconds=5.0), 3, BASE)
         assert isinstance(step, Retry)
         assert step.delay_seconds >= 5.0  # backoff alone would be 2..6 s
 
@@ -298,11 +299,11 @@ def test_delivery_job_sequence_id_travels_as_text() -> None:
         (299, OutcomeKind.DELIVERED),
         (404, OutcomeKind.DEAD),
         (410, OutcomeKind.DEAD),
-        (500, OutcomeKind.TRANSIENT),
-        (502, OutcomeKind.TRANSIENT),
-        (503, OutcomeKind.TRANSIENT),
-        (504, OutcomeKind.TRANSIENT),
-        (599, OutcomeKind.TRANSIENT),
+        (500, OutcomeKind.FAILED),
+        (502, OutcomeKind.FAILED),
+        (503, OutcomeKind.FAILED),
+        (504, OutcomeKind.FAILED),
+        (599, OutcomeKind.FAILED),
         (100, OutcomeKind.REJECTED),
         (301, OutcomeKind.REJECTED),
         (302, OutcomeKind.REJECTED),
@@ -384,7 +385,7 @@ def test_fcm_data_and_webhook_push_fields() -> None:
     assert (fcm.kind, fcm.priority, fcm.collapse_id) == (PushKind.BACKGROUND, Priority.HIGH, None)
     webhook = webhook_push(hint, Target(3, "https://example.com/h", b"k" * 32, b"\x02" * 32))
     assert (webhook.payload, webhook.message_id) == (webhook_body(hint), webhook_id(hint))
-    assert (webhook.address, webhook.signing_key) == ("https://example.com/h", b"k" * 32)
+    assert (webhook.address, webhook.extras) == ("https://example.com/h", WebhookExtras(b"k" * 32))
 
 
 def test_signature_test_vector() -> None:

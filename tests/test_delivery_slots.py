@@ -12,21 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 
+from app.core.channels import Channel
 from app.delivery.types import DELIVERED, Outcome, Push
+from app.queue.base import Share
 from app.recipients.targets import RecipientTargets
 from app.testing.webhook_receiver import Receiver
-from tests import pipeline_support
-from tests.pipeline_support import envelope, group_topic, running_pipeline, wait_until
+from tests.support import pipeline as pipeline_support
+from tests.support.pipeline import envelope, group_topic, running_pipeline, wait_until
 from workers.delivery import DeliveryWorker
 from workers.fanout import run_fanout
 
-receiver = pipeline_support.receiver
 redis_url = pipeline_support.redis_url
 some_stack = pipeline_support.some_stack
 
 
 class RaisesFirst:
-    channel, app = "http", "default"
+    channel, app = Channel.HTTP, "default"
 
     def __init__(self, raises: int) -> None:
         self.raises = raises
@@ -57,9 +58,13 @@ async def test_slots_go_on_after_attempts_raise_and_the_raised_ones_are_reclaime
         provider, stop, queue = RaisesFirst(raises=2), asyncio.Event(), pipe.runtime.queue
         targets = RecipientTargets(pipe.runtime.sessions, pipe.runtime.reads)
         assert queue is not None
-        worker = DeliveryWorker(pipe.runtime, queue, provider, targets, "slots-test-http")
+        worker = DeliveryWorker(
+            pipe.runtime, queue, provider, targets, "slots-test-http", Share.everything(queue.partitions)
+        )
         tasks = [
-            asyncio.create_task(run_fanout(pipe.runtime, queue, "slots-test", stop)),
+            asyncio.create_task(
+                run_fanout(pipe.runtime, queue, "slots-test", Share.everything(queue.partitions), stop)
+            ),
             asyncio.create_task(worker.run(stop)),
         ]
         try:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
+import itertools
 import json
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,54 +21,32 @@ import jwt
 import pytest
 from prometheus_client import REGISTRY
 
-from app.core.config import Settings, SettingsError
-from app.delivery.credentials import fcm_credentials
+from app.core.config import SettingsError
+from app.delivery.credentials import apns_credentials, fcm_credentials
+from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.types import OutcomeKind
-from app.fanout.hints import Hint, fcm_push
+from app.fanout.hints import apns_push, fcm_push
 from app.recipients.types import Target
 from app.testing import keys
+from app.testing.fake_apns import FakeApns
 from app.testing.fake_fcm import FakeFcm, Reply
 from tests.support import make_settings
+from tests.support.fcm import NO_DATABASE, TOPIC, device, hint, new_provider
 
-NO_DATABASE = "sqlite+aiosqlite:///unused.db"
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
-TOPIC = b"\x01" + bytes(range(32))  # a welcome topic
 TOPIC_B64 = base64.b64encode(TOPIC).decode()
-SEQUENCE_ID = 9_007_199_254_740_993  # not exact as a double: must travel as text
-FCM_CHANNEL = 2
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeFcm]:
-    with FakeFcm() as fake:
-        yield fake
 
 
 @pytest.fixture
-def fake(server: FakeFcm) -> FakeFcm:
-    server.reset()
-    return server
-
-
-def fcm_settings(fake: FakeFcm, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "fcm_service_account": keys.service_account(token_uri=fake.token_uri),
-        "fcm_endpoint": fake.endpoint,
-    }
-    values.update(overrides)
-    return make_settings(NO_DATABASE, **values)
-
-
-def new_provider(fake: FakeFcm, timeout: float = 5.0, **overrides: Any) -> FcmProvider:
-    credentials = fcm_credentials(fcm_settings(fake, **overrides))
-    assert credentials is not None
-    return FcmProvider(credentials, timeout_seconds=timeout)
+def fake(fcm_server: FakeFcm) -> FakeFcm:
+    fcm_server.reset()
+    return fcm_server
 
 
 @pytest.fixture(scope="module")
-async def shared(server: FakeFcm) -> AsyncIterator[FcmProvider]:
-    fcm = new_provider(server)
+async def shared(fcm_server: FakeFcm) -> AsyncIterator[FcmProvider]:
+    fcm = new_provider(fcm_server)
     yield fcm
     await fcm.close()
 
@@ -83,14 +63,6 @@ async def fresh(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
     fcm = new_provider(fake)
     yield fcm
     await fcm.close()
-
-
-def hint(sequence_id: int = SEQUENCE_ID) -> Hint:
-    return Hint(TOPIC, sequence_id, b"\x01" * 32)
-
-
-def device(token: str) -> Target:
-    return Target(FCM_CHANNEL, token, None, b"\x02" * 32)
 
 
 # --------------------------------------------------------------------------- the request
@@ -188,8 +160,8 @@ async def test_no_deprecation_warning_escapes(fake: FakeFcm) -> None:
         ("ok", OutcomeKind.DELIVERED),
         ("gone", OutcomeKind.DEAD),  # 404 UNREGISTERED
         ("mismatch", OutcomeKind.MISMATCH),  # 403 SENDER_ID_MISMATCH
-        ("unavailable", OutcomeKind.TRANSIENT),  # 503 UNAVAILABLE
-        ("internal", OutcomeKind.TRANSIENT),  # 500 INTERNAL
+        ("unavailable", OutcomeKind.FAILED),  # 503 UNAVAILABLE
+        ("internal", OutcomeKind.FAILED),  # 500 INTERNAL
         ("invalid", OutcomeKind.REJECTED),  # 400 INVALID_ARGUMENT
         ("denied", OutcomeKind.REJECTED),  # 403 PERMISSION_DENIED, no FCM code
     ],
@@ -199,6 +171,16 @@ async def test_outcome_table(fake: FakeFcm, provider: FcmProvider, token: str, e
     assert outcome.kind is expected
     assert outcome.delay_seconds is None and not outcome.pause_channel
     assert len(fake.requests) == 1  # firebase-admin's own retries are off: ours go through the queue
+
+
+@pytest.mark.parametrize("name", [None, "UNAVAILABLE", "INTERNAL"])
+async def test_a_403_is_rejected_whatever_status_its_body_names(
+    fake: FakeFcm, provider: FcmProvider, name: str | None
+) -> None:
+    fake.script("refused", Reply(403, name))
+    outcome = await provider.send(fcm_push(hint(), device("refused.t")))
+    assert outcome.kind is OutcomeKind.REJECTED  # not retried
+    assert len(fake.requests) == 1
 
 
 @pytest.mark.parametrize(
@@ -212,20 +194,27 @@ async def test_server_errors_get_exactly_one_request(
     await asyncio.sleep(0.2)  # a library retry would have come by now
     assert len(fake.requests) == 1
     if status in (500, 503):
-        assert outcome.kind is OutcomeKind.TRANSIENT
+        assert outcome.kind is OutcomeKind.FAILED
 
 
 @pytest.mark.parametrize(
-    ("retry_after", "delay"),
-    [("5", 60.0), ("120", 120.0), ("1000", 300.0), (None, 60.0), ("soon", 60.0)],
+    ("retry_after", "delay", "given"),
+    [
+        ("5", 60.0, 5.0),
+        ("120", 120.0, 120.0),
+        ("1000", 300.0, 1000.0),
+        (None, 60.0, None),
+        ("soon", 60.0, None),
+    ],
 )
 async def test_quota_exceeded_pauses_the_channel(
-    fake: FakeFcm, provider: FcmProvider, retry_after: str | None, delay: float
+    fake: FakeFcm, provider: FcmProvider, retry_after: str | None, delay: float, given: float | None
 ) -> None:
     fake.script("quota", Reply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after=retry_after))
     outcome = await provider.send(fcm_push(hint(), device("quota.t")))
-    assert outcome.kind is OutcomeKind.TRANSIENT
+    assert outcome.kind is OutcomeKind.FAILED
     assert outcome.delay_seconds == delay
+    assert outcome.retry_after == given  # as FCM gave it, for the Matrix gateway's in-request retry
     assert outcome.pause_channel is True
     assert len(fake.requests) == 1
 
@@ -233,7 +222,7 @@ async def test_quota_exceeded_pauses_the_channel(
 async def test_429_without_an_fcm_code_also_pauses(fake: FakeFcm, provider: FcmProvider) -> None:
     fake.script("busy", Reply(429, "RESOURCE_EXHAUSTED", retry_after="90"))
     outcome = await provider.send(fcm_push(hint(), device("busy")))
-    assert (outcome.kind, outcome.delay_seconds, outcome.pause_channel) == (OutcomeKind.TRANSIENT, 90.0, True)
+    assert (outcome.kind, outcome.delay_seconds, outcome.pause_channel) == (OutcomeKind.FAILED, 90.0, True)
 
 
 async def test_timeout_bounds_a_slow_answer(fake: FakeFcm) -> None:
@@ -245,7 +234,7 @@ async def test_timeout_bounds_a_slow_answer(fake: FakeFcm) -> None:
         elapsed = time.monotonic() - started
     finally:
         await fcm.close()
-    assert outcome.kind is OutcomeKind.TRANSIENT
+    assert outcome.kind is OutcomeKind.FAILED
     assert elapsed < 2.0
 
 
@@ -255,7 +244,7 @@ async def test_connection_refused_is_transient(fake: FakeFcm) -> None:
     closed.stop()
     fcm = new_provider(fake, fcm_endpoint=endpoint)  # token from the live fake, sends to nothing
     try:
-        assert (await fcm.send(fcm_push(hint(), device("ok.refused")))).kind is OutcomeKind.TRANSIENT
+        assert (await fcm.send(fcm_push(hint(), device("ok.refused")))).kind is OutcomeKind.FAILED
     finally:
         await fcm.close()
 
@@ -265,7 +254,7 @@ async def test_token_endpoint_failure_is_transient(fake: FakeFcm, status: int) -
     fake.token_status = status
     fcm = new_provider(fake, timeout=0.5)
     try:
-        assert (await fcm.send(fcm_push(hint(), device("ok.no-token")))).kind is OutcomeKind.TRANSIENT
+        assert (await fcm.send(fcm_push(hint(), device("ok.no-token")))).kind is OutcomeKind.FAILED
     finally:
         await fcm.close()
     assert fake.requests == []  # nothing is sent without a token
@@ -357,7 +346,7 @@ async def test_token_fetches_are_counted_and_a_refused_account_is_told(fake: Fak
     fake.token_status = 400  # invalid_grant: the account is refused
     fcm = new_provider(fake, timeout=0.5)
     try:
-        assert (await fcm.send(fcm_push(hint(), device("ok.h1")))).kind is OutcomeKind.TRANSIENT
+        assert (await fcm.send(fcm_push(hint(), device("ok.h1")))).kind is OutcomeKind.FAILED
         assert sample("xmtp_push_fcm_token_refreshes_total", **failed) == before[1] + 1
         assert sample("xmtp_push_credentials_refused_total", **labels) == refused + 1
         assert sample("xmtp_push_credentials_ok", **labels) == 0
@@ -368,3 +357,155 @@ async def test_token_fetches_are_counted_and_a_refused_account_is_told(fake: Fak
         assert sample("xmtp_push_credentials_ok", **labels) == 1
     finally:
         await fcm.close()
+
+
+# --------------------------------------------------------------------------- a token refused within its life
+
+
+class LoopLag:
+    """The longest the event loop kept a 10 ms ticker waiting past its time, while in the block.
+
+    The test session's heap is frozen meanwhile (as the product freezes its start-up objects), so a
+    full garbage collection of a long pytest run's objects is not taken for a blocking call."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._ticking: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            due = time.monotonic() + 0.01
+            await asyncio.sleep(0.01)
+            self.worst = max(self.worst, time.monotonic() - due)
+
+    async def __aenter__(self) -> LoopLag:
+        gc.collect()
+        gc.freeze()
+        self._ticking = asyncio.ensure_future(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._ticking is not None
+        self._ticking.cancel()
+        gc.unfreeze()
+
+
+class ApnsTraffic:
+    """Pushes to the fake APNs one after another while in the block: when each was answered."""
+
+    def __init__(self, apns: FakeApns) -> None:
+        credentials = apns_credentials(
+            make_settings(NO_DATABASE, apns_endpoint=apns.endpoint, apns_ca_file=apns.tls.ca_file)
+        )
+        assert credentials is not None
+        self.provider = ApnsProvider(credentials, timeout_seconds=5.0)
+        self.answered: list[float] = []
+        self._pushing: asyncio.Task[None] | None = None
+
+    async def _push_one(self, i: int) -> None:
+        target = Target(1, f"ok.flowing{i}", None, b"\x02" * 32)
+        outcome = await self.provider.send(apns_push(hint(i), target))
+        assert outcome.kind is OutcomeKind.DELIVERED
+        self.answered.append(time.monotonic())
+
+    async def _push(self) -> None:
+        for i in itertools.count(1):
+            await self._push_one(i)
+            await asyncio.sleep(0.005)
+
+    def longest_wait(self, since: float) -> float:
+        times = [since, *(t for t in self.answered if t > since), time.monotonic()]
+        return max(later - earlier for earlier, later in itertools.pairwise(times))
+
+    async def __aenter__(self) -> ApnsTraffic:
+        await self._push_one(0)  # the connection is up
+        self._pushing = asyncio.ensure_future(self._push())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._pushing is not None
+        self._pushing.cancel()
+        if self._pushing.done() and not self._pushing.cancelled():
+            self._pushing.result()  # a push that failed fails the test
+        await self.provider.close()
+
+
+@pytest.fixture
+async def patient(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
+    """A provider of its own whose timeout (8 s) outlasts a token endpoint stalling for 5 s."""
+    fcm = new_provider(fake, timeout=8.0)
+    yield fcm
+    await fcm.close()
+
+
+@pytest.fixture
+async def hasty(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
+    """A provider of its own with a 1 s timeout."""
+    fcm = new_provider(fake, timeout=1.0)
+    yield fcm
+    await fcm.close()
+
+
+async def test_a_401_while_the_token_endpoint_stalls_freezes_no_channel(
+    fake: FakeFcm, apns_server: FakeApns, patient: FcmProvider
+) -> None:
+    # firebase-admin's httpx auth flow answers a 401 by fetching a token with a blocking call, on
+    # the event loop, with google-auth's 120 s timeout: every channel of the process stood still.
+    assert (await patient.send(fcm_push(hint(), device("ok.warm")))).kind is OutcomeKind.DELIVERED
+    fake.revoke_access_token()
+    fake.token_delay = 5.0
+    async with LoopLag() as lag, ApnsTraffic(apns_server) as apns:
+        started = time.monotonic()
+        outcome = await patient.send(fcm_push(hint(), device("ok.after-401")))
+        elapsed = time.monotonic() - started
+        apns_wait = apns.longest_wait(started)
+        apns_answers = len([t for t in apns.answered if t > started])
+    assert outcome.kind is OutcomeKind.DELIVERED
+    assert elapsed > 4.5  # it did wait for the stalled token endpoint
+    assert lag.worst < 0.1, f"the event loop stood still for {lag.worst:.3f} s"
+    assert apns_wait < 0.5 and apns_answers > 20, (apns_wait, apns_answers)
+    assert [r.headers["authorization"] for r in fake.requests_for("ok.after-401")] == [
+        "Bearer test-token",
+        "Bearer test-token-2",
+    ]
+    assert len(fake.token_requests) == 2
+
+
+async def test_a_401_whose_fresh_token_does_not_come_in_time_is_transient(
+    fake: FakeFcm, hasty: FcmProvider
+) -> None:
+    assert (await hasty.send(fcm_push(hint(), device("ok.warm")))).kind is OutcomeKind.DELIVERED
+    fake.revoke_access_token()
+    fake.token_delay = 5.0
+    async with LoopLag() as lag:
+        started = time.monotonic()
+        outcome = await hasty.send(fcm_push(hint(), device("ok.no-fresh-token")))
+        elapsed = time.monotonic() - started
+    assert (outcome.kind, outcome.credentials_refused) == (OutcomeKind.FAILED, False)
+    assert elapsed < 2.5
+    assert lag.worst < 0.1, f"the event loop stood still for {lag.worst:.3f} s"
+    assert len(fake.requests_for("ok.no-fresh-token")) == 1
+
+
+async def test_sends_refused_together_share_one_fresh_token(fake: FakeFcm, fresh: FcmProvider) -> None:
+    assert (await fresh.send(fcm_push(hint(), device("ok.warm")))).kind is OutcomeKind.DELIVERED
+    fake.revoke_access_token()
+    fake.token_delay = 0.2
+    outcomes = await asyncio.gather(*(fresh.send(fcm_push(hint(i), device(f"ok.r{i}"))) for i in range(20)))
+    assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
+    assert len(fake.token_requests) == 2  # the first token, and one fresh one for all twenty
+    retried = [r for r in fake.requests if r.token.startswith("ok.r")]
+    assert len(retried) == 40
+    assert sorted({r.headers["authorization"] for r in retried}) == [
+        "Bearer test-token",
+        "Bearer test-token-2",
+    ]
+
+
+async def test_a_401_to_a_fresh_token_refuses_the_credentials(fake: FakeFcm, fresh: FcmProvider) -> None:
+    assert (await fresh.send(fcm_push(hint(), device("ok.warm")))).kind is OutcomeKind.DELIVERED
+    outcome = await fresh.send(fcm_push(hint(), device("unauthenticated.t")))
+    assert (outcome.kind, outcome.credentials_refused) == (OutcomeKind.REJECTED, True)
+    assert len(fake.requests_for("unauthenticated.t")) == 2  # sent once more with a fresh token, no further
+    assert len(fake.token_requests) == 2

@@ -17,17 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from tests.ops_support import free_port
+from tests.support.ops import free_port
+from tests.support.readme import section
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 HEADING = "## Your first hint"
 TOPIC = "AAABAgMEBQYHCAkKCwwNDg8="
 RUN_SECONDS = 120.0  # the README promises a hint well within two minutes of a fresh clone
-
-
-def section(text: str, heading: str) -> str:
-    return text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def shell_blocks(text: str) -> list[str]:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_support import INGEST_TOKEN, Stack, envelope, group_topic, running_pipeline
-from tests.test_cli import clean_env, dev_env, free_port, run, started, stop, wait_healthy
-from tests.test_first_hint import section
-from tests.test_webhook_contract import table
+from tests.support.cli import dev_env, run, started, stop, wait_healthy
+from tests.support.ops import free_port
+from tests.support.pipeline import INGEST_TOKEN, Stack, envelope, group_topic, running_pipeline
+from tests.support.process import clean_env
+from tests.support.readme import section, table
 
 COMMANDS = (
     "dev",
@@ -117,9 +118,9 @@ async def test_an_envelope_nobody_will_receive_is_accepted_and_said_so(
     ]
 
 
-def test_the_readme_documents_ingest_as_the_openapi_document_does() -> None:
+def test_the_api_page_documents_ingest_as_the_openapi_document_does() -> None:
     root = Path(__file__).resolve().parents[1]
-    text = section((root / "README.md").read_text(encoding="utf-8"), "### Ingest")
+    text = section((root / "docs" / "api.md").read_text(encoding="utf-8"), "### Ingest")
     document = json.loads((root / "openapi" / "openapi.json").read_text(encoding="utf-8"))
     post = document["paths"]["/v1/envelopes"]["post"]
     batch = post["requestBody"]["content"]["application/json"]["schema"]["properties"]["envelopes"]

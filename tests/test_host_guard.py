@@ -91,4 +91,4 @@ def test_a_deferred_push_is_queued_again_without_spending_an_attempt(attempt: in
     step = next_step(job(attempt), busy, 15, 1.0, window_seconds=3600.0, age_seconds=10.0)
     assert isinstance(step, Retry) and step.job == job(attempt) and step.delay_seconds == 2.0
     late = next_step(job(attempt), busy, 15, 1.0, window_seconds=3600.0, age_seconds=3599.0)
-    assert late == Outcome(OutcomeKind.TRANSIENT)  # the window is over: counted as failed
+    assert late == Outcome(OutcomeKind.FAILED)  # the window is over: counted as failed

@@ -15,7 +15,7 @@ import contextlib
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -582,7 +582,7 @@ async def test_a_mark_never_moves_back(database_url: str) -> None:
 
 
 class FailingAdds:
-    """A work queue (the in-process one underneath) whose `add` to the envelope stream fails while told,
+    """A work queue (the in-process one underneath) whose adds to the envelope stream fail while told,
     as Redis does when it is unreachable."""
 
     def __init__(self, inner: Any) -> None:
@@ -590,11 +590,11 @@ class FailingAdds:
         self.failing = False
         self.failed = 0
 
-    async def add(self, stream: str, payloads: Sequence[bytes]) -> None:
+    async def add_each(self, stream: str, parts: Mapping[int, Sequence[bytes]]) -> None:
         if self.failing and stream == ENVELOPES:
             self.failed += 1
             raise ConnectionError("queue unreachable")
-        await self.inner.add(stream, payloads)
+        await self.inner.add_each(stream, parts)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

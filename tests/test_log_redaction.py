@@ -34,15 +34,9 @@ from app.testing import keys
 from app.testing.fake_apns import FakeApns, TlsFiles
 from app.testing.fake_fcm import ACCESS_TOKEN, FakeFcm
 from app.testing.webhook_receiver import Endpoint, Receiver
-from tests import ops_support, pipeline_support
-from tests.ops_support import Registered, channel_env, command, free_port, register
-from tests.pipeline_support import envelope, group_topic, server_envelope, wait_until, welcome_topic
 from tests.support import create_postgres_database, drop_postgres_database
-
-receiver = pipeline_support.receiver
-tls = ops_support.tls
-apns = ops_support.apns
-fcm = ops_support.fcm
+from tests.support.ops import Registered, channel_env, command, free_port, register
+from tests.support.pipeline import envelope, group_topic, server_envelope, wait_until, welcome_topic
 
 START_SECONDS = 60.0
 STOP_SECONDS = 20.0
@@ -137,7 +131,12 @@ async def wait_healthy(process: asyncio.subprocess.Process, port: int, stderr: P
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 async def test_dev_logs_json_lines_without_secrets(
-    database: str, receiver: Receiver, apns: FakeApns, fcm: FakeFcm, tls: TlsFiles, tmp_path: Path
+    database: str,
+    receiver: Receiver,
+    apns_server: FakeApns,
+    fcm_server: FakeFcm,
+    tls: TlsFiles,
+    tmp_path: Path,
 ) -> None:
     # `dev` migrates its database first: a fresh one of its own.
     if database == "sqlite":
@@ -148,10 +147,10 @@ async def test_dev_logs_json_lines_without_secrets(
     ingest_token = f"ingest-{secrets.token_hex(12)}"
     env = channel_env(
         database_url,
-        apns_endpoint=apns.endpoint,
+        apns_endpoint=apns_server.endpoint,
         apns_ca_file=tls.ca_file,
-        fcm_endpoint=fcm.endpoint,
-        fcm_token_uri=fcm.token_uri,
+        fcm_endpoint=fcm_server.endpoint,
+        fcm_token_uri=fcm_server.token_uri,
         http_host="127.0.0.1",
         http_port=str(http_port),
         grpc_host="127.0.0.1",
@@ -179,7 +178,9 @@ async def test_dev_logs_json_lines_without_secrets(
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}", timeout=30) as http,
         ):
             flow = Flow(notification_pb2_grpc.NotificationServiceStub(channel), http)
-            endpoints = await scripted_flow(flow, receiver, apns, fcm, database_url, ingest_token)
+            endpoints = await scripted_flow(
+                flow, receiver, apns_server, fcm_server, database_url, ingest_token
+            )
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), STOP_SECONDS)
     finally:
@@ -224,7 +225,7 @@ async def test_dev_logs_json_lines_without_secrets(
         "ingest refused: envelopes[0].sequence_id",
     ]
     if database == "postgresql":
-        expected += ["Register answered unavailable", "database unavailable during Register"]
+        expected += ["Register answered unavailable", "XMTP_PUSH_DATABASE_URL: the database"]
     missing = [m for m in expected if not any(message.startswith(m) for message in messages)]
     assert not missing, f"no log line for {missing}"
     assert endpoints["ok"].hints(), "the webhook answering 200 got no hint"

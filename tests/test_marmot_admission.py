@@ -9,7 +9,9 @@ import pytest
 from redis.asyncio import Redis
 
 from app.marmot.admission import Dedup, RateLimiter, RecentDigests, Tier
-from tests.pipeline_support import redis_url  # noqa: F401  (fixture)
+from app.queue.redis_link import RedisLink
+from tests.support.pipeline import redis_url  # noqa: F401  (fixture)
+from tests.support.redis_cluster import ClusterUnderTest
 
 
 class Clock:
@@ -104,3 +106,18 @@ async def test_redis_away_falls_back_to_memory() -> None:
         assert not await dedup.first_time(b"e" * 32)
     finally:
         await unreachable.aclose()
+
+
+async def test_two_instances_sharing_a_redis_cluster_act_once(redis_cluster: ClusterUnderTest) -> None:
+    redis_cluster.flush()
+    links = [RedisLink(redis_cluster.url), RedisLink(redis_cluster.url)]
+    try:
+        first, second = (Dedup(300.0, link) for link in links)
+        digest = bytes(range(1, 33))
+        assert await first.first_time(digest)
+        assert not await second.first_time(digest)
+        assert all(link.cluster for link in links)
+        assert await second.first_time(bytes(32))
+    finally:
+        for link in links:
+            await link.close()

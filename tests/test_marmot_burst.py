@@ -24,17 +24,17 @@ from app.marmot.tokens import ENCRYPTED_TOKEN_SIZE, Platform, encrypt_token
 from app.testing.fake_apns import FakeApns
 from app.testing.fake_apns import Reply as ApnsReply
 from app.testing.fake_fcm import FakeFcm
-from tests.marmot_support import (  # noqa: F401  (fixtures)
+from tests.support.marmot import (  # noqa: F401  (fixtures)
     RAISED_RATE_LIMIT,
-    apns_server,
     fakes,
-    fcm_server,
+    key,
+    marmot_settings,
     running_relay,
     sample,
-    tls,
+    serving,
+    settle,
     triggers,
 )
-from tests.test_marmot_triggers import key, marmot_settings, serving, settle  # noqa: F401  (key: a fixture)
 
 BURST = 1_500
 # One token and seven chunks of padding: ~28 KB a gift wrap, so the burst (~42 MB) overflows the

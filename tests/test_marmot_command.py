@@ -17,18 +17,18 @@ from app.marmot.tokens import Platform, encrypt_token
 from app.testing import keys as app_keys
 from app.testing.fake_apns import FakeApns
 from app.testing.fake_fcm import FakeFcm
-from tests.marmot_support import (  # noqa: F401  (fixtures)
+from tests.support import eventually
+from tests.support.cli import dev_env, run, started, stop, wait_healthy
+from tests.support.marmot import (  # noqa: F401  (fixtures)
     Relay,
-    apns_server,
     b64,
     fakes,
-    fcm_server,
     gift_wrap,
+    marmot_env,
     running_relay,
-    tls,
 )
-from tests.support import eventually
-from tests.test_cli import clean_env, dev_env, free_port, run, started, stop, wait_healthy
+from tests.support.ops import free_port
+from tests.support.process import clean_env
 
 KEY = "XMTP_PUSH_MARMOT_SECRET_KEY"
 
@@ -99,25 +99,6 @@ def test_marmot_defaults_are_the_spec_tiers() -> None:
 
 
 # --------------------------------------------------------------------------- serving
-
-
-def marmot_env(
-    key: ServerKey, relay_url: str, http_port: int, apns: FakeApns, fcm: FakeFcm
-) -> dict[str, str]:
-    return {
-        KEY: key.secret.hex(),
-        "XMTP_PUSH_MARMOT_RELAYS": relay_url,
-        "XMTP_PUSH_HTTP_HOST": "127.0.0.1",
-        "XMTP_PUSH_HTTP_PORT": str(http_port),
-        "XMTP_PUSH_APNS_KEY": app_keys.apns_key_pem(),
-        "XMTP_PUSH_APNS_KEY_ID": "KEYID12345",
-        "XMTP_PUSH_APNS_TEAM_ID": "TEAMID1234",
-        "XMTP_PUSH_APNS_BUNDLE_ID": "org.example.app",
-        "XMTP_PUSH_APNS_ENDPOINT": apns.endpoint,
-        "XMTP_PUSH_APNS_CA_FILE": apns.tls.ca_file,
-        "XMTP_PUSH_FCM_SERVICE_ACCOUNT": app_keys.service_account(token_uri=fcm.token_uri),
-        "XMTP_PUSH_FCM_ENDPOINT": fcm.endpoint,
-    }
 
 
 async def ready(http_port: int, timeout: float = 20.0) -> None:

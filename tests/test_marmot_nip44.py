@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from coincurve import PrivateKey
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from app.marmot import nip44, secp
@@ -84,6 +85,23 @@ def test_the_shared_x_is_raw_symmetric_and_not_coincurves_hashed_form() -> None:
     point = PrivateKey(a).public_key.multiply(b).format(compressed=True)
     assert shared == point[1:]
     assert shared != PrivateKey(a).ecdh(b"\x02" + b_x)
+
+
+def test_the_shared_x_is_what_cryptographys_ecdh_exchange_gives() -> None:
+    # The raw X comes through coincurve's cffi module (secp.py): checked against a public API.
+    curve = ec.SECP256K1()
+    for _ in range(50):
+        secret, peer_x = secp.fresh_secret(), secp.xonly_public_key(secp.fresh_secret())
+        private = ec.derive_private_key(int.from_bytes(secret, "big"), curve)
+        peer = ec.EllipticCurvePublicKey.from_encoded_point(curve, b"\x02" + peer_x)
+        assert secp.shared_x(secret, peer_x) == private.exchange(ec.ECDH(), peer)
+
+
+def test_a_valid_secret_is_exactly_one_to_n_minus_one() -> None:
+    order = int("fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141", 16)
+    for value, valid in ((0, False), (1, True), (order - 1, True), (order, False), (2**256 - 1, False)):
+        assert secp.valid_secret(value.to_bytes(32, "big")) is valid, value
+    assert not secp.valid_secret(bytes(30) + b"\x01") and not secp.valid_secret(bytes(32) + b"\x01")
 
 
 def test_message_keys() -> None:

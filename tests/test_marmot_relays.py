@@ -22,8 +22,8 @@ from app.delivery.registry import ProviderRegistry
 from app.marmot.events import verify_event
 from app.marmot.keys import ServerKey
 from app.marmot.relay_session import BACKDATE_SECONDS, INBOX_RELAYS_KIND, Reaction, RelaySession
-from tests.marmot_support import Relay, SilentProxy, event_dict, gift_wrap, running_relay
 from tests.support import eventually
+from tests.support.marmot import Relay, SilentProxy, event_dict, gift_wrap, running_relay
 from workers.marmot import MarmotServer
 
 

@@ -9,112 +9,38 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import os
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from app.core.config import Settings
-from app.delivery.registry import ProviderRegistry, default_apps
 from app.marmot import giftwrap, secp
 from app.marmot.keys import ServerKey
-from app.marmot.tokens import ENCRYPTED_TOKEN_SIZE, Platform, encrypt_token
+from app.marmot.tokens import Platform, encrypt_token
 from app.marmot.unwrap import Refused, unwrap_trigger
 from app.testing.fake_apns import FakeApns
 from app.testing.fake_apns import Reply as ApnsReply
 from app.testing.fake_fcm import FakeFcm
-from app.testing.keys import service_account
-from tests.marmot_support import (  # noqa: F401  (fixtures)
-    Relay,
-    apns_server,
+from tests.support.marmot import (  # noqa: F401  (fixtures)
+    APNS_TOKEN,
+    BUNDLE_ID,
+    FCM_TOKEN,
+    apns_chunk,
     b64,
     event_dict,
     fakes,
-    fcm_server,
+    fcm_chunk,
     gift_wrap,
+    key,
+    marmot_settings,
+    padding,
     running_relay,
-    tls,
+    send,
+    serving,
+    settle,
     tokens,
     triggers,
 )
-from tests.pipeline_support import redis_url  # noqa: F401  (fixture)
-from tests.support import eventually, make_settings
-from workers.marmot import MarmotServer, open_marmot
-from workers.server import MARMOT_CHANNELS
-
-APNS_TOKEN = "a1" * 32
-FCM_TOKEN = "fcm-registration-token:" + "x" * 140
-BUNDLE_ID = "org.example.app"
-
-
-def marmot_settings(
-    fakes: tuple[FakeApns, FakeFcm], key: ServerKey, *relays: str, **overrides: Any
-) -> Settings:
-    apns, fcm = fakes
-    values: dict[str, Any] = {
-        "apns_endpoint": apns.endpoint,
-        "apns_ca_file": apns.tls.ca_file,
-        "apns_bundle_id": BUNDLE_ID,
-        "fcm_service_account": service_account(token_uri=fcm.token_uri),
-        "fcm_endpoint": fcm.endpoint,
-        "marmot_secret_key": key.secret.hex(),
-        "marmot_relays": ",".join(relays),
-    }
-    values.update(overrides)
-    return make_settings("sqlite+aiosqlite:///unused.db", **values)
-
-
-@contextlib.asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[MarmotServer]:
-    """The server as `xmtp-push marmot` assembles it (its own APNs and FCM providers), subscribed."""
-    apps = [app for app in default_apps(settings) if app.channel in MARMOT_CHANNELS]
-    providers = ProviderRegistry.build(apps, settings.http_timeout_seconds)
-    stop = asyncio.Event()
-    try:
-        async with open_marmot(settings, providers) as server:
-            task = asyncio.create_task(server.run(stop))
-            try:
-                await eventually(
-                    lambda: len(server.subscribed) == len(settings.marmot_relays), what="subscribed"
-                )
-                yield server
-            finally:
-                stop.set()
-                await asyncio.wait_for(task, 15)
-    finally:
-        await providers.close()
-
-
-@pytest.fixture
-def key() -> ServerKey:
-    return ServerKey(secp.fresh_secret())
-
-
-def apns_chunk(key: ServerKey, token: str = APNS_TOKEN) -> bytes:
-    return encrypt_token(key.public_x, Platform.APNS, token)
-
-
-def fcm_chunk(key: ServerKey, token: str = FCM_TOKEN) -> bytes:
-    return encrypt_token(key.public_x, Platform.FCM, token)
-
-
-def padding() -> bytes:
-    return os.urandom(ENCRYPTED_TOKEN_SIZE)
-
-
-async def send(relay: Relay, key: ServerKey, *chunks: bytes) -> dict[str, Any]:
-    """Gift-wrap a trigger holding `chunks` with nostr-sdk and publish it; the wrap as JSON."""
-    wrap = gift_wrap(key.public_hex, b64(b"".join(chunks)))
-    await relay.publish(wrap)
-    return event_dict(wrap)
-
-
-async def settle(result: str, before: float, count: int = 1) -> None:
-    await eventually(lambda: triggers(result) >= before + count, what=f"{count} trigger(s) {result}")
-    await asyncio.sleep(0.2)  # anything more it was going to send, it has sent
-
+from tests.support.pipeline import redis_url  # noqa: F401  (fixture)
 
 # --------------------------------------------------------------------------- delivery
 

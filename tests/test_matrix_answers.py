@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from app.testing.fake_apns import FakeApns
-from tests.matrix_support import (
+from tests.support import make_settings
+from tests.support import running as running_api
+from tests.support.matrix import (
     NOTIFY,
     RunningGateway,
     apns_app,
@@ -23,18 +25,15 @@ from tests.matrix_support import (
     write_config,
     write_key_files,
 )
-from tests.ops_support import apns, tls  # noqa: F401  (module-scoped fakes, bound by name)
-from tests.support import make_settings
-from tests.support import running as running_api
 
 APP = "org.example.raw"
 
 
 @pytest.fixture(scope="module")
-def config_path(tmp_path_factory: pytest.TempPathFactory, apns: FakeApns) -> str:
+def config_path(tmp_path_factory: pytest.TempPathFactory, apns_server: FakeApns) -> str:
     folder = tmp_path_factory.mktemp("answers-config")
     keyfile, _ = write_key_files(folder)
-    return write_config(folder, {APP: apns_app(apns, keyfile, convert_device_token_to_hex=False)})
+    return write_config(folder, {APP: apns_app(apns_server, keyfile, convert_device_token_to_hex=False)})
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +194,10 @@ async def test_api_without_matrix_apps_answers_404_m_unrecognized(sqlite_url: st
     assert (response.status_code, response.json()["errcode"]) == (404, "M_UNRECOGNIZED")
 
 
-async def test_api_with_matrix_apps_serves_notify(sqlite_url: str, config_path: str, apns: FakeApns) -> None:
-    apns.reset()
+async def test_api_with_matrix_apps_serves_notify(
+    sqlite_url: str, config_path: str, apns_server: FakeApns
+) -> None:
+    apns_server.reset()
     settings = make_settings(sqlite_url, matrix_apps=config_path)
     async with running_api(settings, clear=False, gateway=True) as api:
         response = await api.http.post(NOTIFY, json={"notification": event_id_only(device(APP, "gone.api"))})

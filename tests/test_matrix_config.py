@@ -24,7 +24,7 @@ from app.matrix.config import APP_TYPES, load_gateway_config
 from app.ops.checks import Check, matrix_check
 from app.ops.failures import INVALID_CONFIGURATION
 from app.testing.fake_apns import FakeApns, TlsFiles
-from tests.matrix_support import (
+from tests.support.matrix import (
     device,
     event_id_only,
     gateway_settings,
@@ -32,7 +32,6 @@ from tests.matrix_support import (
     write_config,
     write_key_files,
 )
-from tests.ops_support import tls  # noqa: F401  (the module-scoped TLS files, bound by name)
 
 SECRET = "do-not-print-me"
 SETTINGS = Settings(database_url="sqlite+aiosqlite:///unused.db")
@@ -93,14 +92,29 @@ def test_a_whole_sygnal_config_is_read_for_its_apps_with_one_warning(
         "log": {"setup": {"version": 1}},
         "http": {"bind_addresses": ["127.0.0.1"], "port": 5000},
         "metrics": {"prometheus": {"enabled": True}},
+        "proxy": "http://user:secret@proxy.example.org:3128",
         "apps": {"org.ios": apns_values(keyfile), "org.android": gcm_values(account)},
     }
     config = load(tmp_path, document)
+    assert config.proxy == "http://user:secret@proxy.example.org:3128"
+    assert "secret" not in repr(config)
     assert [app.app_id for app in config.apps.apps] == ["org.ios", "org.android"]
     assert [(app.type, app.channel) for app in config.apps.apps] == [("apns", "apns"), ("gcm", "fcm")]
     assert config.warnings == [
-        "XMTP_PUSH_MATRIX_APPS: only the apps section is read; ignored: http, log, metrics"
+        "XMTP_PUSH_MATRIX_APPS: only the apps and proxy sections are read; ignored: http, log, metrics"
     ]
+
+
+@pytest.mark.parametrize("proxy", ["socks5://user:secret@proxy:1080", "https://user:secret@proxy", 3128])
+def test_a_proxy_that_is_no_http_url_stops_start_up_unquoted(
+    tmp_path: Path, files: tuple[str, str], proxy: object
+) -> None:
+    keyfile, _ = files
+    with pytest.raises(SettingsError) as raised:
+        load(tmp_path, {"proxy": proxy, "apps": {"org.ios": apns_values(keyfile)}})
+    assert str(raised.value) == (
+        "XMTP_PUSH_MATRIX_APPS: proxy: must be an http:// proxy URL with a host, as http://[user:password@]host:port"
+    )
 
 
 def test_a_file_of_only_apps_has_no_warning_and_defaults(tmp_path: Path, files: tuple[str, str]) -> None:

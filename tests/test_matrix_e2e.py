@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app.testing.fake_apns import OK, FakeApns, Reply, TlsFiles, make_tls_files
-from tests.matrix_support import (
+from app.testing.fake_apns import OK, FakeApns, Reply, TlsFiles
+from tests.support.matrix import (
     NOTIFY,
     TOPIC,
     apns_app,
@@ -27,15 +27,10 @@ from tests.matrix_support import (
     write_config,
     write_key_files,
 )
-from tests.synapse_support import MatrixUser, Synapse, synapse  # noqa: F401  (the fixture)
+from tests.support.synapse import MatrixUser, Synapse, synapse  # noqa: F401  (the fixture)
 
 APP_ID = "org.example.matrix.ios"
 PUSHER_WAIT_SECONDS = 20.0
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("e2e-tls"))
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from app.testing.fake_apns import FakeApns
 from app.testing.fake_apns import Reply as ApnsReply
 from app.testing.fake_fcm import FakeFcm
 from app.testing.fake_fcm import Reply as FcmReply
-from tests.matrix_support import (
+from tests.support.matrix import (
     KEY_ID,
     TEAM_ID,
     TOPIC,
@@ -35,7 +35,6 @@ from tests.matrix_support import (
     write_config,
     write_key_files,
 )
-from tests.remote_ends import apns_server, fcm_server, tls  # noqa: F401  (fixtures)
 
 IOS, RAW, ANDROID = "org.example.ios", "org.example.raw", "org.example.android"
 FCM_OPTIONS = {"android": {"ttl": "60s", "priority": "normal"}, "fcm_options": {"analytics_label": "matrix"}}
@@ -107,7 +106,7 @@ async def test_event_id_only_to_apns_is_the_default_payload_with_ids_and_counts(
     assert request.path == "/3/device/" + token.hex()  # base64 pushkey sent as hex
     assert request.header("apns-topic") == TOPIC
     assert request.header("apns-priority") == "10"
-    assert request.header("apns-push-type") == "alert"
+    assert request.header("apns-push-type") is None  # the app sets no push_type: none sent, as Sygnal
     assert request.header("apns-expiration") is None
     assert request.header("apns-collapse-id") is None
     claims = jwt.decode(request.jwt, keys.apns_key().public_key(), algorithms=["ES256"])
@@ -130,6 +129,29 @@ async def test_low_priority_is_apns_priority_5_and_push_type_comes_from_the_app(
     [request] = apns.requests
     assert request.path == "/3/device/" + pushkey  # convert_device_token_to_hex: false
     assert (request.header("apns-priority"), request.header("apns-push-type")) == ("5", "voip")
+
+
+async def test_an_apns_app_without_push_type_sends_no_push_type_header(
+    gateway: RunningGateway, apns: FakeApns
+) -> None:
+    # As Sygnal: the header only when the app configures push_type, whatever the format.
+    pushkey = b64(bytes(range(32)))
+    message = {
+        "type": "m.room.message",
+        "sender": "@a:example.org",
+        "content": {"msgtype": "m.text", "body": "hi"},
+    }
+    notifications = [
+        event_id_only(device(IOS, pushkey), event_id=event()),
+        event_id_only(device(IOS, pushkey), event_id=event(), **message),
+        {"counts": {"unread": 1}, "devices": [device(IOS, pushkey)]},  # badge only
+        event_id_only(raw("ok"), event_id=event()),
+    ]
+    for notification in notifications:
+        response = await gateway.notify(notification)
+        assert (response.status_code, response.json()) == (200, {"rejected": []})
+    sent = [[value for name, value in r.headers if name == "apns-push-type"] for r in apns.requests]
+    assert sent == [[], [], [], ["voip"]]
 
 
 async def test_full_format_is_an_alert_with_loc_key_loc_args_and_badge(
@@ -339,6 +361,26 @@ async def test_fcm_unregistered_rejects_and_sender_mismatch_is_502(
     assert response.json()["errcode"] == "M_UNKNOWN"
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        FcmReply(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH"),  # FCM's sender id mismatch
+        FcmReply(403),  # no FCM error code, status UNKNOWN
+        FcmReply(403, "UNAVAILABLE"),  # a status that alone would be retried
+    ],
+    ids=["sender-id-mismatch", "no-code", "transient-status"],
+)
+async def test_an_fcm_403_is_502_at_once_whatever_its_body(
+    gateway: RunningGateway, fcm: FakeFcm, reply: FcmReply
+) -> None:
+    # As Sygnal: a dispatch error, so the homeserver keeps the pusher and tries later. Never retried
+    # here: a retry that went through would answer 200 for a push FCM refused.
+    fcm.script("refused", reply, FcmReply(200))
+    response = await gateway.notify(event_id_only(device(ANDROID, "refused.1"), event_id=event()))
+    assert (response.status_code, response.json()["errcode"]) == (502, "M_UNKNOWN")
+    assert len(fcm.requests) == 1
+
+
 async def test_a_refusal_that_is_not_the_tokens_is_502(gateway: RunningGateway, apns: FakeApns) -> None:
     response = await gateway.notify(event_id_only(raw("forbidden"), raw("gone"), event_id=event()))
     assert response.status_code == 502  # credentials refused: the homeserver tries again later
@@ -385,8 +427,37 @@ async def test_an_fcm_retry_after_past_the_budget_is_502_at_once(
     assert len(fcm.requests) == 1
 
 
-async def test_an_fcm_quota_answer_is_502_at_once(gateway: RunningGateway, fcm: FakeFcm) -> None:
-    fcm.script("quota", FcmReply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after="120"))
+def quota(retry_after: str | None) -> FcmReply:
+    return FcmReply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after=retry_after)
+
+
+async def test_an_fcm_quota_retry_after_within_the_budget_is_waited_for(
+    gateway: RunningGateway, fcm: FakeFcm
+) -> None:
+    # As Sygnal: its Retry-After, not the channel's pause of at least a minute the XMTP path keeps.
+    fcm.script("quota-soon", quota("1"), FcmReply(200))
+    response = await gateway.notify(event_id_only(device(ANDROID, "quota-soon.1"), event_id=event()))
+    assert (response.status_code, response.json()) == (200, {"rejected": []})
+    first, second = fcm.requests
+    assert second.received - first.received >= 1.0
+
+
+async def test_fcm_quota_answers_are_tried_three_times_in_all(config_path: str, fcm: FakeFcm) -> None:
+    fcm.script("quota-again", quota("1"))  # every answer
+    async with running(gateway_settings(config_path, matrix_request_timeout_seconds=10)) as patient:
+        started = time.monotonic()
+        response = await patient.notify(event_id_only(device(ANDROID, "quota-again.1"), event_id=event()))
+        elapsed = time.monotonic() - started
+    assert response.status_code == 502
+    assert len(fcm.requests) == 3  # as Sygnal's three tries, though the time left allowed more
+    assert 2.0 <= elapsed < 3.0  # answered after the third: no wait past it
+
+
+@pytest.mark.parametrize("retry_after", ["120", "5", None])  # None: 60 s, Sygnal's base
+async def test_an_fcm_quota_answer_past_the_budget_is_502_at_once(
+    gateway: RunningGateway, fcm: FakeFcm, retry_after: str | None
+) -> None:
+    fcm.script("quota", quota(retry_after))
     started = time.monotonic()
     response = await gateway.notify(event_id_only(device(ANDROID, "quota.1"), event_id=event()))
     assert response.status_code == 502

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
 from app.testing.fake_apns import FakeApns, TlsFiles
-from tests.matrix_support import (
+from tests.support.matrix import (
     RunningGateway,
     apns_app,
     device,
@@ -25,8 +25,7 @@ from tests.matrix_support import (
     write_config,
     write_key_files,
 )
-from tests.ops_support import apns, tls  # noqa: F401  (module-scoped fakes, bound by name)
-from tests.pipeline_support import redis_url  # noqa: F401  (the test Redis DB, flushed)
+from tests.support.pipeline import redis_url  # noqa: F401  (the test Redis DB, flushed)
 
 HUNG, LIMITED, LIVE = "org.example.hung", "org.example.limited", "org.example.live"
 TIMEOUT = 2.0
@@ -41,14 +40,14 @@ def hung_apns(tls: TlsFiles) -> Iterator[FakeApns]:
 
 
 @pytest.fixture(scope="module")
-def config_path(tmp_path_factory: pytest.TempPathFactory, apns: FakeApns, hung_apns: FakeApns) -> str:
+def config_path(tmp_path_factory: pytest.TempPathFactory, apns_server: FakeApns, hung_apns: FakeApns) -> str:
     folder = tmp_path_factory.mktemp("isolation-config")
     keyfile, _ = write_key_files(folder)
     raw = {"convert_device_token_to_hex": False}
     apps = {
         HUNG: apns_app(hung_apns, keyfile, **raw),
         LIMITED: apns_app(hung_apns, keyfile, inflight_request_limit=2, **raw),
-        LIVE: apns_app(apns, keyfile, **raw),
+        LIVE: apns_app(apns_server, keyfile, **raw),
     }
     return write_config(folder, apps)
 
@@ -68,7 +67,7 @@ def devices_counted(app: str, outcome: str) -> float:
     return value or 0.0
 
 
-async def test_a_hung_app_never_slows_another(gateway: RunningGateway, apns: FakeApns) -> None:
+async def test_a_hung_app_never_slows_another(gateway: RunningGateway, apns_server: FakeApns) -> None:
     hung = [asyncio.create_task(gateway.notify(notification(HUNG))) for _ in range(20)]
     await asyncio.sleep(0.2)  # the hung app's requests are all in flight
     slowest = 0.0
@@ -100,7 +99,7 @@ async def test_past_the_in_flight_limit_the_answer_is_502_at_once(gateway: Runni
 
 
 async def test_logs_name_no_pushkey_event_or_room(
-    gateway: RunningGateway, apns: FakeApns, caplog: pytest.LogCaptureFixture
+    gateway: RunningGateway, apns_server: FakeApns, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     secret_key, secret_event = "gone.secretkey", "$secret-event"
@@ -118,17 +117,17 @@ async def test_logs_name_no_pushkey_event_or_room(
 
 async def test_duplicates_are_shared_through_redis(
     config_path: str,
-    apns: FakeApns,
+    apns_server: FakeApns,
     redis_url: str,
 ) -> None:
-    apns.reset()
+    apns_server.reset()
     settings = gateway_settings(config_path, redis_url=redis_url)
     body = notification(LIVE)
     async with running(settings) as first, running(settings) as second:
         for gateway in (first, second, first):
             response = await gateway.notify(body)
             assert (response.status_code, response.json()) == (200, {"rejected": []})
-    assert len(apns.requests) == 1
+    assert len(apns_server.requests) == 1
     client = Redis.from_url(redis_url)
     try:
         keys = [key.decode() for key in await client.keys("*")]
@@ -141,15 +140,15 @@ async def test_duplicates_are_shared_through_redis(
     assert 590 <= ttl <= 600
 
 
-async def test_redis_down_sends_rather_than_fails(config_path: str, apns: FakeApns) -> None:
-    apns.reset()
+async def test_redis_down_sends_rather_than_fails(config_path: str, apns_server: FakeApns) -> None:
+    apns_server.reset()
     settings = gateway_settings(config_path, redis_url="redis://127.0.0.1:9/0")  # nothing listens there
     body = notification(LIVE)
     async with running(settings) as gateway:
         for _ in range(2):
             response = await gateway.notify(body)
             assert (response.status_code, response.json()) == (200, {"rejected": []})
-    assert len(apns.requests) == 2  # no memory to share: sent each time, never refused
+    assert len(apns_server.requests) == 2  # no memory to share: sent each time, never refused
 
 
 async def test_the_timeout_counts_from_the_requests_arrival(gateway: RunningGateway) -> None:

@@ -20,7 +20,7 @@ from app.core.config import SettingsError
 from app.delivery.providers.webpush import collapse_header
 from app.matrix.config import load_gateway_config
 from app.testing.fake_webpush import FakeWebPush, Subscription
-from tests.matrix_support import RunningGateway, gateway_settings, running, write_config
+from tests.support.matrix import RunningGateway, gateway_settings, running, write_config
 
 APP_ID = "org.example.web"
 LOCAL = {
@@ -50,12 +50,6 @@ def webpush_app(key_file: str, **overrides: Any) -> dict[str, Any]:
     }
     values.update(overrides)
     return values
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[FakeWebPush]:
-    async with FakeWebPush() as fake:
-        yield fake
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from prometheus_client import REGISTRY
 
 import app.core.metrics  # noqa: F401  (registers every metric we export)
 from app.ops.healthcheck import served_command
-from tests import pipeline_support
-from tests.ops_support import (
+from tests.support import pipeline as pipeline_support
+from tests.support.ops import (
     ROOT,
     channel_env,
     child_env,
@@ -30,7 +30,7 @@ from tests.ops_support import (
     required_tool,
     run_child,
 )
-from tests.process_support import child, wait_answering
+from tests.support.process import child, wait_answering
 
 redis_url = pipeline_support.redis_url
 

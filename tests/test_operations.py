@@ -37,8 +37,9 @@ from app.testing.fake_apns import FakeApns, TlsFiles
 from app.testing.fake_fcm import FakeFcm
 from app.testing.keys import apns_key_pem, fcm_key
 from app.testing.webhook_receiver import Receiver
-from tests import ops_support, pipeline_support
-from tests.ops_support import (
+from tests.support import make_settings, running
+from tests.support import pipeline as pipeline_support
+from tests.support.ops import (
     ENV_EXAMPLE,
     ROOT,
     Registered,
@@ -53,7 +54,7 @@ from tests.ops_support import (
     scripted_run,
     xmtp_push,
 )
-from tests.pipeline_support import (
+from tests.support.pipeline import (
     REDIS_TEST_URL,
     envelope,
     group_topic,
@@ -62,15 +63,10 @@ from tests.pipeline_support import (
     running_pipeline,
     wait_until,
 )
-from tests.support import make_settings, running
 
 # Fixtures from the helper module, bound here so pytest finds them.
-receiver = pipeline_support.receiver
 redis_url = pipeline_support.redis_url
 redis_postgresql_stack = pipeline_support.redis_postgresql_stack
-tls = ops_support.tls
-apns = ops_support.apns
-fcm = ops_support.fcm
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 NGINX_EXAMPLE = ROOT / "nginx.conf.example"
@@ -369,11 +365,11 @@ async def test_metrics_names_types_and_values_after_a_scripted_run(
 
 # --- send-test -------------------------------------------------------------------------------------
 
-DURATION = re.compile(r"^(apns|fcm|http): (\w+) in \d+ ms$", re.MULTILINE)
+DURATION = re.compile(r"^(apns|fcm|http): (\w+) in \d+ ms(?:: .+)?$", re.MULTILINE)
 
 
 async def test_send_test_sends_through_each_channel_and_changes_nothing(
-    postgresql_url: str, receiver: Receiver, apns: FakeApns, fcm: FakeFcm, tls: TlsFiles
+    postgresql_url: str, receiver: Receiver, apns_server: FakeApns, fcm_server: FakeFcm, tls: TlsFiles
 ) -> None:
     endpoints = {"ok": receiver.endpoint([200]), "gone": receiver.endpoint([410])}
     settings = make_settings(postgresql_url)
@@ -384,10 +380,10 @@ async def test_send_test_sends_through_each_channel_and_changes_nothing(
         fcm_gone = await register(api.stub, "fcm", f"gone.{secrets.token_hex(16)}")
         env = channel_env(
             postgresql_url,
-            apns_endpoint=apns.endpoint,
+            apns_endpoint=apns_server.endpoint,
             apns_ca_file=tls.ca_file,
-            fcm_endpoint=fcm.endpoint,
-            fcm_token_uri=fcm.token_uri,
+            fcm_endpoint=fcm_server.endpoint,
+            fcm_token_uri=fcm_server.token_uri,
         )
         webhooks_only = channel_env(postgresql_url)
         cases: list[tuple[Registered, dict[str, str], str, int]] = [
@@ -419,8 +415,8 @@ async def test_send_test_sends_through_each_channel_and_changes_nothing(
         test_topic = b"\x00" * 17
         assert endpoints["ok"].hints() == [(test_topic, 0, webhook_ok.rid)]
         assert endpoints["gone"].hints() == [(test_topic, 0, webhook_gone.rid)]
-        assert len(apns.requests_for(apns_ok.target)) == 1
-        assert len(fcm.requests_for(fcm_gone.target)) == 1
+        assert len(apns_server.requests_for(apns_ok.target)) == 1
+        assert len(fcm_server.requests_for(fcm_gone.target)) == 1
         async with api.runtime.sessions() as session:
             for recipient, *_ in cases:
                 assert await session.get(Recipient, recipient.rid) is not None, recipient.channel
@@ -430,15 +426,19 @@ async def test_send_test_sends_through_each_channel_and_changes_nothing(
 
 
 async def test_stats_after_a_scripted_run(
-    redis_postgresql_stack: pipeline_support.Stack, receiver: Receiver, apns: FakeApns, tls: TlsFiles
+    redis_postgresql_stack: pipeline_support.Stack, receiver: Receiver, apns_server: FakeApns, tls: TlsFiles
 ) -> None:
-    overrides = {"apns_key": apns_key_pem(), "apns_endpoint": apns.endpoint, "apns_ca_file": tls.ca_file}
-    apns.reset()
+    overrides = {
+        "apns_key": apns_key_pem(),
+        "apns_endpoint": apns_server.endpoint,
+        "apns_ca_file": tls.ca_file,
+    }
+    apns_server.reset()
     async with running_pipeline(redis_postgresql_stack, **overrides) as pipe:
-        run = await scripted_run(pipe, receiver, apns)
+        run = await scripted_run(pipe, receiver, apns_server)
         env = channel_env(
             redis_postgresql_stack.database_url,
-            apns_endpoint=apns.endpoint,
+            apns_endpoint=apns_server.endpoint,
             apns_ca_file=tls.ca_file,
             redis_url=REDIS_TEST_URL,
         )
@@ -481,10 +481,14 @@ async def test_stats_after_a_scripted_run(
 
 
 async def test_stats_tell_refused_credentials_and_the_listener(
-    redis_postgresql_stack: pipeline_support.Stack, apns: FakeApns, tls: TlsFiles
+    redis_postgresql_stack: pipeline_support.Stack, apns_server: FakeApns, tls: TlsFiles
 ) -> None:
-    overrides = {"apns_key": apns_key_pem(), "apns_endpoint": apns.endpoint, "apns_ca_file": tls.ca_file}
-    apns.reset()
+    overrides = {
+        "apns_key": apns_key_pem(),
+        "apns_endpoint": apns_server.endpoint,
+        "apns_ca_file": tls.ca_file,
+    }
+    apns_server.reset()
     async with running_pipeline(redis_postgresql_stack, **overrides) as pipe:
         topic = group_topic()
         await register(pipe.stub, "apns", f"forbidden.{secrets.token_hex(16)}", topics=[topic])
@@ -537,12 +541,14 @@ def check_lines(output: str) -> dict[str, str]:
     return found
 
 
-async def test_config_check(postgresql_url: str, tmp_path: Path, apns: FakeApns, fcm: FakeFcm) -> None:
+async def test_config_check(
+    postgresql_url: str, tmp_path: Path, apns_server: FakeApns, fcm_server: FakeFcm
+) -> None:
     good = channel_env(
         postgresql_url,
-        apns_endpoint=apns.endpoint,
-        fcm_endpoint=fcm.endpoint,
-        fcm_token_uri=fcm.token_uri,
+        apns_endpoint=apns_server.endpoint,
+        fcm_endpoint=fcm_server.endpoint,
+        fcm_token_uri=fcm_server.token_uri,
         redis_url=REDIS_TEST_URL,
         marmot_secret_key=MARMOT_KEY,
         marmot_relays="wss://relay.example",
@@ -583,7 +589,7 @@ async def test_config_check(postgresql_url: str, tmp_path: Path, apns: FakeApns,
     assert MARMOT_KEY not in ok.stdout + ok.stderr
 
     for result, secret in ((bad, garbage), (wrong, rsa_key.splitlines()[1])):
-        assert result.returncode == 2, result  # an invalid setting (README, "Exit codes")
+        assert result.returncode == 2, result  # an invalid setting (docs/configuration.md, "Exit codes")
         assert check_lines(result.stdout)["channel apns"] == "FAIL", result
         line = next(x for x in result.stdout.splitlines() if x.startswith("FAIL channel apns"))
         assert "XMTP_PUSH_APNS_KEY" in line

@@ -1,16 +1,18 @@
 """At-least-once across a crash: two `xmtp-push worker` processes, one killed with SIGKILL mid-run.
 
 The API runs in this process (HTTP ingest and gRPC registration on PostgreSQL,
-queueing into Redis DB 9); the workers are real subprocesses of the console
-script, with a 2 s reclaim period so the survivor takes over what the killed
-one held. Every expected hint must reach the receiver at least once;
-duplicates are counted and reported, and allowed.
+queueing into the Redis test DB, or into the test Redis Cluster); the workers are
+real subprocesses of the console script, with a 2 s reclaim period so the survivor
+takes over what the killed one held. Every expected hint must reach the receiver
+at least once; duplicates are counted and reported, and allowed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,29 +21,35 @@ import time
 from pathlib import Path
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
+from app.core.config import Settings
+from app.queue.base import partition_of
+from app.queue.ownership import owned_by
+from app.queue.redis_calls import stream_key
 from app.testing.webhook_receiver import Receiver
-from tests import pipeline_support
-from tests.pipeline_support import (
+from tests.support import pipeline as pipeline_support
+from tests.support.pipeline import (
     Stack,
     envelope,
     group_topic,
+    redis_of,
     running_pipeline,
     wait_until,
 )
 
 # Fixtures from the helper module, bound here so pytest finds them.
-receiver = pipeline_support.receiver
 redis_url = pipeline_support.redis_url
-redis_client = pipeline_support.redis_client
+redis_stack = pipeline_support.redis_stack
 
 RECIPIENTS = 50
 TOPICS = 4
 STEPS = 20  # one ingest request every STEP_SECONDS
 STEP_SECONDS = 0.15
 RECEIVER_DELAY = 0.2  # each webhook request is held this long, so work is in flight when the kill lands
-STREAMS = ("xmtp-push:envelopes", "xmtp-push:deliveries.http")
+STREAMS = ("envelopes", "deliveries.http")
 GROUP = "workers"
+DEFAULT_PARTITIONS = Settings.model_fields["queue_partitions"].default
 
 
 def worker_env(database_url: str, redis_url: str) -> dict[str, str]:
@@ -70,43 +78,65 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen([str(script), "worker"], env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-async def pending_of(redis: Redis, pid: int, streams: tuple[str, ...] = STREAMS) -> int:
-    """Entries the worker process `pid` has read and not acknowledged."""
+async def pending_of(redis: Redis | RedisCluster, pid: int, streams: tuple[str, ...] = STREAMS) -> int:
+    """Entries the worker process `pid` has read and not acknowledged, over every partition's stream
+    (on a cluster, each asked of the primary holding it)."""
     marker = f"{socket.gethostname()}-{pid}-"
-    total = 0
-    for stream in streams:
-        if not await redis.exists(stream):
-            continue
-        summary = await redis.xpending(stream, GROUP)
+
+    async def of(key: str) -> int:
+        if not await redis.exists(key):
+            return 0
+        summary = await redis.xpending(key, GROUP)
+        total = 0
         for consumer in summary.get("consumers") or []:
             name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else consumer["name"]
             if name.startswith(marker):
                 total += int(consumer["pending"])
-    return total
+        return total
+
+    return sum([await of(stream_key(stream, p)) for stream in streams for p in range(DEFAULT_PARTITIONS)])
+
+
+def topics_on_both(workers: list[subprocess.Popen[bytes]]) -> list[bytes]:
+    """TOPICS group topics, half of them in partitions each worker owns (by the rule the workers
+    apply to their member names), so both hold work when the kill lands."""
+    members = [f"{socket.gethostname()}-{worker.pid}" for worker in workers]
+    shares = [owned_by(member, members, DEFAULT_PARTITIONS) for member in members]
+    chosen: list[list[bytes]] = [[], []]
+    while min(len(c) for c in chosen) < TOPICS // 2:
+        topic = group_topic()
+        side = 0 if partition_of(topic, DEFAULT_PARTITIONS) in shares[0] else 1
+        if len(chosen[side]) < TOPICS // 2:
+            chosen[side].append(topic)
+    return [topic for pair in zip(*chosen, strict=True) for topic in pair]
+
+
+def shares_of(log: Path) -> list[int]:
+    """How many partitions the worker logging to `log` said it reads, each time its share changed."""
+    return [
+        int(n) for n in re.findall(r"worker reads (\d+) of 64 partitions", log.read_text(errors="replace"))
+    ]
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-async def test_killed_worker_loses_no_hint(
-    postgresql_url: str, redis_url: str, redis_client: Redis, receiver: Receiver, tmp_path: Path
-) -> None:
-    stack = Stack("redis", "postgresql", postgresql_url, redis_url)
-    env = worker_env(postgresql_url, redis_url)
+async def test_killed_worker_loses_no_hint(redis_stack: Stack, receiver: Receiver, tmp_path: Path) -> None:
+    """On a single Redis and on a Redis Cluster."""
+    stack = redis_stack
+    assert stack.redis_url is not None
+    env = worker_env(stack.database_url, stack.redis_url)
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     workers: list[subprocess.Popen[bytes]] = []
     killer: asyncio.Task[None] | None = None
     try:
-        async with running_pipeline(stack, workers=False) as pipe:
+        async with redis_of(stack) as redis_client, running_pipeline(stack, workers=False) as pipe:
             workers = [start_worker(env, log) for log in logs]
-            topics = [group_topic() for _ in range(TOPICS)]
-            subscribers: dict[bytes, list[bytes]] = {topic: [] for topic in topics}
-            for i in range(RECIPIENTS):
-                member = await pipe.register(receiver.endpoint(delays=[RECEIVER_DELAY]))
-                for topic in (topics[i % TOPICS], topics[(i + 1) % TOPICS]):
-                    await pipe.subscribe(member, topic)
-                    subscribers[topic].append(member.rid)
+            topics = topics_on_both(workers)
+
+            endpoint = functools.partial(receiver.endpoint, delays=[RECEIVER_DELAY])
+            subscribers = await pipe.members_on_neighbours(endpoint, topics, RECIPIENTS)
             await wait_until(
                 lambda: (
                     all("worker started" in log.read_text(errors="replace") for log in logs)
@@ -116,6 +146,9 @@ async def test_killed_worker_loses_no_hint(
                 "both workers to start",
             )
             assert all(w.poll() is None for w in workers), [log_tail(log) for log in logs]
+            # The two share the partitions (scale.md): each reads a part, together all of them.
+            await wait_until(lambda: all(shares_of(log) for log in logs), 10, "both workers' shares")
+            assert sum(shares_of(log)[-1] for log in logs) == 64, [shares_of(log) for log in logs]
 
             victim, survivor = workers
             kill: dict[str, float] = {}
@@ -123,8 +156,13 @@ async def test_killed_worker_loses_no_hint(
             async def kill_mid_run() -> None:
                 await wait_until(lambda: len(receiver.all_requests()) >= 60, 20, "the first 60 hints")
                 deadline = time.monotonic() + 5
-                while await pending_of(redis_client, victim.pid, STREAMS[1:]) == 0:
+                while True:  # stopped, it cannot acknowledge what it holds between the look and the kill
                     assert time.monotonic() < deadline, "the victim never held any work"
+                    os.kill(victim.pid, signal.SIGSTOP)
+                    await asyncio.sleep(0.05)  # a commit it sent before it stopped lands meanwhile
+                    if await pending_of(redis_client, victim.pid, STREAMS[1:]) > 0:
+                        break
+                    os.kill(victim.pid, signal.SIGCONT)
                     await asyncio.sleep(0.005)
                 os.kill(victim.pid, signal.SIGKILL)
                 await asyncio.to_thread(victim.wait, 10)
@@ -165,6 +203,11 @@ async def test_killed_worker_loses_no_hint(
                 f"{len(expected)} hints ({len(expected - received())} missing)",
             )
             assert survivor.poll() is None, log_tail(logs[1])
+            # The victim's share went to the survivor within the reclaim period (and a little).
+            took = await wait_until(
+                lambda: shares_of(logs[1])[-1] == 64, 10, "the survivor to take every partition"
+            )
+            assert time.monotonic() - took - kill["at"] < 2 + 1.0
             await pipe.settled(receiver, timeout=20)
 
             hints = [r.hint for r in receiver.all_requests() if r.answered]
@@ -175,7 +218,7 @@ async def test_killed_worker_loses_no_hint(
             assert not {(t, s) for t, s, _ in hints} & ineligible
             duplicates = len(hints) - len(set(hints))
             print(
-                f"\ncrash test: {len(expected)} hints expected, {len(hints)} answered requests, "
+                f"\ncrash test ({stack.queue}): {len(expected)} hints expected, {len(hints)} answered requests, "
                 f"{duplicates} duplicates, {interrupted} requests cut off by the kill; "
                 f"killed after {kill['received']} requests with {kill['orphaned']} entries pending; "
                 f"all delivered {time.monotonic() - kill['at']:.1f} s after the kill"

@@ -11,12 +11,13 @@ import httpx
 from redis.asyncio import Redis
 
 from app import __version__
+from app.queue.redis_calls import stream_key
 from app.runtime import open_runtime
-from tests import pipeline_support
-from tests.ops_support import channel_env, free_port, xmtp_push
-from tests.pipeline_support import metric, parse_metrics
-from tests.process_support import child, wait_answering
 from tests.support import make_settings
+from tests.support import pipeline as pipeline_support
+from tests.support.ops import channel_env, free_port, xmtp_push
+from tests.support.pipeline import metric, parse_metrics
+from tests.support.process import child, wait_answering
 from workers.server import running_api
 
 redis_url = pipeline_support.redis_url
@@ -27,7 +28,7 @@ async def test_a_worker_serves_its_probes_on_a_port_of_its_own(postgresql_url: s
     redis = Redis.from_url(redis_url)
     try:
         # Waiting where no worker reads (APNs is not configured here): the backlog any process tells.
-        await redis.xadd("xmtp-push:deliveries.apns", {"p": b"x"})
+        await redis.xadd(stream_key("deliveries.apns", 0), {"p": b"x"})
         async with child("worker", ["worker"], env) as worker:
             port = await worker.probe_port()
             base = f"http://127.0.0.1:{port}"
@@ -92,3 +93,19 @@ async def test_the_api_tells_the_backlog_it_sees_in_redis(postgresql_url: str, r
     assert metric(samples, "xmtp_push_queue_depth", queue="envelopes") == 2
     assert metric(samples, "xmtp_push_queue_depth", queue="deliveries.http") == 0
     assert 0 <= metric(samples, "xmtp_push_queue_oldest_seconds", queue="envelopes") < 60
+
+
+async def test_a_worker_with_another_partition_count_refuses_to_start(
+    postgresql_url: str, redis_url: str
+) -> None:
+    env = channel_env(postgresql_url, redis_url=redis_url, metrics_port="0")
+    async with child("worker", ["worker"], env) as worker:  # records the default count, 64
+        await worker.probe_port()
+        assert await worker.stop() == 0, worker.output()
+    result = await xmtp_push("worker", env={**env, "XMTP_PUSH_QUEUE_PARTITIONS": "32"})
+    assert result.returncode == 2, result
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("xmtp-push: XMTP_PUSH_QUEUE_PARTITIONS: the queue in Redis has 64 partitions"), (
+        last
+    )
+    assert redis_url not in result.stderr and "127.0.0.1" not in result.stderr

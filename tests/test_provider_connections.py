@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import REGISTRY
 
+from app.core.apps import AppName, AppSource
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookProvider
 from app.delivery.providers.webpush import WebPushConfig, WebPushProvider
-from app.delivery.types import OutcomeKind, Push
+from app.delivery.types import OutcomeKind, Push, WebhookExtras
 from app.delivery.url_policy import UrlPolicy
 from app.fanout.hints import fcm_push
 from app.testing.fake_fcm import FakeFcm, Reply
 from app.testing.fake_webpush import FakeWebPush
 from app.testing.webhook_receiver import Receiver
-from tests.test_fcm import device, hint, new_provider
-from tests.test_webpush import PAYLOAD, credentials
+from tests.support.fcm import device, hint, new_provider
+from tests.support.webpush import PAYLOAD, credentials
 
 LOOPBACK = UrlPolicy(allow_insecure=True, allow_private_addresses=True)
 HELD = 3
@@ -51,15 +51,9 @@ async def until_held(count: int, held: Callable[[], int]) -> None:
     raise AssertionError(f"the far end never held {count} requests")
 
 
-@pytest.fixture(scope="module")
-def fcm() -> Iterator[FakeFcm]:
-    with FakeFcm() as fake:
-        yield fake
-
-
 async def test_webhook_connections_in_use_kept_and_reused() -> None:
     app = f"t{secrets.token_hex(4)}"
-    provider = WebhookProvider(LOOPBACK, timeout_seconds=10.0, app=app)
+    provider = WebhookProvider(LOOPBACK, timeout_seconds=10.0, app=AppName(AppSource.SETTINGS, app))
     try:
         async with Receiver() as receiver:
             provider.sample_gauges()
@@ -87,13 +81,13 @@ async def test_webhook_connections_in_use_kept_and_reused() -> None:
 
 
 def hook_push(url: str, key: bytes, message_id: str) -> Push:
-    return Push(url, b"{}", message_id=message_id, signing_key=key)
+    return Push(url, b"{}", message_id=message_id, extras=WebhookExtras(key))
 
 
-async def test_fcm_connections_in_use_and_kept(fcm: FakeFcm) -> None:
-    fcm.reset()
-    fcm.script("held", Reply(200, held=True))
-    provider: FcmProvider = new_provider(fcm)
+async def test_fcm_connections_in_use_and_kept(fcm_server: FakeFcm) -> None:
+    fcm_server.reset()
+    fcm_server.script("held", Reply(200, held=True))
+    provider: FcmProvider = new_provider(fcm_server)
     try:
         provider.sample_gauges()
         assert connections("fcm", "default")[:2] == (0, 0)
@@ -101,11 +95,11 @@ async def test_fcm_connections_in_use_and_kept(fcm: FakeFcm) -> None:
         sends = [
             asyncio.create_task(provider.send(fcm_push(hint(), device(f"held.{i}")))) for i in range(HELD)
         ]
-        await fcm.wait_for(HELD)
+        await fcm_server.wait_for(HELD)
         provider.sample_gauges()
         # One connection per request in flight (HTTP/1.1 to the local endpoint).
         assert connections("fcm", "default")[:2] == (HELD, HELD)
-        fcm.release()
+        fcm_server.release()
         assert {o.kind for o in await asyncio.gather(*sends)} == {OutcomeKind.DELIVERED}
         provider.sample_gauges()
         assert connections("fcm", "default")[:2] == (HELD, 0)
@@ -117,7 +111,7 @@ async def test_fcm_connections_in_use_and_kept(fcm: FakeFcm) -> None:
 
 def webpush(key: ec.EllipticCurvePrivateKey, app: str, *globs: str) -> WebPushProvider:
     config = WebPushConfig(credentials(key, allowed_endpoints=list(globs)), LOOPBACK)
-    return WebPushProvider(config, 5.0, app=app)
+    return WebPushProvider(config, 5.0, app=AppName(AppSource.SETTINGS, app))
 
 
 async def test_web_push_connections_and_the_vapid_key_judged_by_listed_services() -> None:

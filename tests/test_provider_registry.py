@@ -17,11 +17,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from app.core.apps import DEFAULT_APP, AppName, AppSource
+from app.core.channels import Channel
 from app.delivery.credentials import load_apns
-from app.delivery.provider import DEFAULT_APP
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.types import ApnsExtras, OutcomeKind, Priority, Push, PushKind
-from app.testing.fake_apns import FakeApns, TlsFiles, make_tls_files
+from app.testing.fake_apns import FakeApns, TlsFiles
 from tests.support import make_settings
 
 APPS = {
@@ -35,11 +36,6 @@ NAMES = {"key": "apps.test.keyfile", "ca_file": "apps.test.ca_file"}
 def pem(key: ec.EllipticCurvePrivateKey) -> str:
     encoding, private = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
     return key.private_bytes(encoding, private, serialization.NoEncryption()).decode()
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("registry-tls"))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +66,7 @@ async def registry(
             ca_file=tls.ca_file,
             names=NAMES,
         )
-        apps.append(ChannelApp("apns", app, credentials))
+        apps.append(ChannelApp(Channel.APNS, AppName(AppSource.MATRIX, app), credentials))
     built = ProviderRegistry.build(apps, timeout_seconds=5.0)
     yield built
     await built.close()
@@ -83,7 +79,9 @@ def alert(token: str, **fields: object) -> Push:
 async def test_two_apns_apps_send_from_one_process_each_with_its_own_key_and_topic(
     registry: ProviderRegistry, fakes: dict[str, FakeApns], keys: dict[str, ec.EllipticCurvePrivateKey]
 ) -> None:
-    one, two = registry.get("apns", "org.example.one"), registry.get("apns", "org.example.two")
+    one, two = (
+        registry.get(Channel.APNS, AppName(AppSource.MATRIX, f"org.example.{n}")) for n in ("one", "two")
+    )
     assert one is not None and two is not None and one is not two
     assert registry.get("apns", DEFAULT_APP) is None and len(registry) == 2
 
@@ -106,7 +104,7 @@ async def test_two_apns_apps_send_from_one_process_each_with_its_own_key_and_top
 async def test_an_alert_push_carries_its_priority_expiry_collapse_id_and_extras(
     registry: ProviderRegistry, fakes: dict[str, FakeApns]
 ) -> None:
-    provider = registry.get("apns", "org.example.one")
+    provider = registry.get(Channel.APNS, AppName(AppSource.MATRIX, "org.example.one"))
     assert provider is not None
     expires_at = int(time.time()) + 3600
     extras = ApnsExtras(push_type="voip", apns_topic="org.example.one.voip")
@@ -128,7 +126,7 @@ async def test_an_alert_push_carries_its_priority_expiry_collapse_id_and_extras(
 async def test_pushes_apple_would_refuse_are_rejected_without_a_request(
     registry: ProviderRegistry, fakes: dict[str, FakeApns]
 ) -> None:
-    provider = registry.get("apns", "org.example.two")
+    provider = registry.get(Channel.APNS, AppName(AppSource.MATRIX, "org.example.two"))
     assert provider is not None
     too_big = Push("ok.big", b"{" + b" " * 4095 + b"}")
     long_collapse = alert("ok.collapse", collapse_id="é" * 33)  # 66 bytes in UTF-8
@@ -147,3 +145,9 @@ def test_the_flat_settings_are_the_default_app_of_each_channel() -> None:
     ]
     only_fcm = make_settings("sqlite+aiosqlite:///unused.db", apns_key=None, http_enabled=False)
     assert [(a.channel, a.app) for a in default_apps(only_fcm)] == [("fcm", DEFAULT_APP)]
+
+
+def test_a_gateway_app_is_apart_from_a_settings_app_of_the_same_name_and_labelled_by_its_source() -> None:
+    settings_app, gateway_app = AppName(AppSource.SETTINGS, "default"), AppName(AppSource.MATRIX, "default")
+    assert settings_app == DEFAULT_APP and gateway_app != DEFAULT_APP
+    assert (settings_app.label, gateway_app.label) == ("default", "matrix:default")

@@ -1,8 +1,9 @@
 """The WorkQueue contract (app/queue/base.py), one suite for both implementations.
 
-Every test runs against the in-process MemoryQueue and against RedisQueue on a
+Every test runs against the in-process MemoryQueue, against RedisQueue on a
 dedicated Redis database (one of REDIS_DATABASES, leased for the session so that
-concurrent test runs never flush each other's data) that is emptied before each
+concurrent test runs never flush each other's data) and against RedisQueue on
+the test Redis Cluster (tests/support/redis_cluster.py), emptied before each
 test. Reclaim periods are kept short so the suite stays fast; timing assertions
 have generous margins.
 """
@@ -10,18 +11,22 @@ have generous margins.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import pytest
 import redis
 
-from app.queue.base import Commit, Delayed, Entry, WorkQueue
+from app.queue.base import Commit, Delayed, Entry, PartitionCountMismatch, WorkQueue
 from app.queue.memory import MemoryQueue
+from app.queue.redis_calls import stream_key
 from app.queue.redis_streams import RedisQueue
+from tests.support.redis_cluster import ClusterUnderTest, killable_primary
 
 REDIS_SERVER = os.environ.get("XMTP_PUSH_TEST_REDIS_SERVER", "redis://127.0.0.1:6379")
 # Databases this suite may take (9 belongs to the pipeline tests); 15 holds the leases, so that two
@@ -32,7 +37,8 @@ LEASE_SECONDS = 900
 RECLAIM = 0.3  # seconds; short, so the reclaim tests are fast
 LONG_RECLAIM = 30.0  # for tests where nothing may ever go stale
 
-MakeQueue = Callable[[float], Awaitable[WorkQueue]]
+PARTITIONS = 64  # the default count
+MakeQueue = Callable[..., Awaitable[WorkQueue]]
 
 
 @dataclass(frozen=True)
@@ -75,22 +81,32 @@ def redis_database() -> Iterator[RedisDatabase]:
             time.sleep(0.5)
 
 
-@pytest.fixture(params=["memory", "redis"])
+class Flushable(Protocol):
+    url: str
+
+    def flush(self) -> None: ...
+
+
+def redis_of(request: pytest.FixtureRequest, kind: str) -> Flushable:
+    """The single Redis's test database or the test cluster, emptied."""
+    server: Flushable = request.getfixturevalue("redis_database" if kind == "redis" else "redis_cluster")
+    server.flush()
+    return server
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def make_queue(request: pytest.FixtureRequest) -> AsyncIterator[MakeQueue]:
     """A factory: `queue = await make_queue(reclaim_seconds)`; every queue made is closed after the test.
-    The Redis database is emptied before each test."""
+    Redis (the database, or the cluster) is emptied before each test."""
     made: list[WorkQueue] = []
-    database: RedisDatabase | None = None
-    if request.param == "redis":
-        database = request.getfixturevalue("redis_database")
-        database.flush()
+    database = None if request.param == "memory" else redis_of(request, request.param)
 
-    async def make(reclaim_seconds: float) -> WorkQueue:
+    async def make(reclaim_seconds: float, partitions: int = PARTITIONS) -> WorkQueue:
         queue: WorkQueue
         if database is not None:
-            queue = RedisQueue.from_url(database.url, reclaim_seconds=reclaim_seconds)
+            queue = RedisQueue.from_url(database.url, reclaim_seconds=reclaim_seconds, partitions=partitions)
         else:
-            queue = MemoryQueue(reclaim_seconds=reclaim_seconds)
+            queue = MemoryQueue(reclaim_seconds=reclaim_seconds, partitions=partitions)
         made.append(queue)
         return queue
 
@@ -154,19 +170,74 @@ async def test_streams_are_independent(steady_queue: WorkQueue) -> None:
     assert payloads_of(await steady_queue.read("a", "c1", 10, 0.05)) == [b"for-a"]
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def redis_server(request: pytest.FixtureRequest) -> Flushable:
+    """The single Redis's test database, then the test cluster, emptied."""
+    return redis_of(request, request.param)
+
+
 @pytest.fixture
-async def redis_processes(redis_database: RedisDatabase) -> AsyncIterator[Callable[[], RedisQueue]]:
+async def redis_processes(redis_server: Flushable) -> AsyncIterator[Callable[[], RedisQueue]]:
     """Redis only: several RedisQueue instances, as separate worker processes would hold them."""
-    redis_database.flush()
     made: list[RedisQueue] = []
 
     def make() -> RedisQueue:
-        made.append(RedisQueue.from_url(redis_database.url, reclaim_seconds=RECLAIM))
+        made.append(RedisQueue.from_url(redis_server.url, reclaim_seconds=RECLAIM))
         return made[-1]
 
     yield make
     for queue in made:
         await queue.close()
+
+
+async def woken_within(adder: WorkQueue, reader_side: WorkQueue, rounds: int) -> list[float]:
+    """How long a reader resting on an empty stream took to return what `adder` added, per round."""
+    waits = []
+    for round_number in range(rounds):
+        stream = f"s{round_number}"  # its own stream: nothing left pending is reclaimed into this read
+        reader = asyncio.create_task(reader_side.read(stream, "c1", 10, 5.0))
+        await asyncio.sleep(0.6 + 0.03 * round_number)  # long enough for the rests to reach their longest
+        started = time.monotonic()
+        await adder.add(stream, [b"envelope"])
+        assert payloads_of(await asyncio.wait_for(reader, 2.0)) == [b"envelope"]
+        waits.append(time.monotonic() - started)
+    return sorted(waits)
+
+
+async def test_work_one_process_adds_wakes_the_resting_readers_of_another(
+    redis_processes: Callable[[], RedisQueue],
+) -> None:
+    # The API process ingesting an envelope, a worker's reader resting on the empty stream: woken by
+    # the doorbell, not after its rest (up to 0.2 s).
+    waits = await woken_within(redis_processes(), redis_processes(), 5)
+    assert waits[2] < 0.05, waits
+
+
+async def test_a_lost_doorbell_subscription_is_made_again(
+    redis_processes: Callable[[], RedisQueue], redis_server: Flushable
+) -> None:
+    adder, reader_side = redis_processes(), redis_processes()
+    assert await reader_side.read("warm", "c1", 10, 0.01) == []  # its first read subscribes
+    await asyncio.sleep(0.5)
+    assert kill_subscriptions(redis_server.url) >= 1
+    await asyncio.sleep(1.0)  # made again after its first backoff (0.1 s)
+    waits = await woken_within(adder, reader_side, 3)
+    assert waits[1] < 0.05, waits
+
+
+def kill_subscriptions(url: str) -> int:
+    """Close every pub/sub connection of the server (of each node of a cluster); how many were."""
+    with redis.Redis.from_url(url) as probe:
+        cluster = int(probe.info("cluster").get("cluster_enabled", 0)) == 1
+    if not cluster:
+        with redis.Redis.from_url(url) as server:
+            return int(server.execute_command("CLIENT KILL", "TYPE", "pubsub"))
+    with redis.RedisCluster.from_url(url) as nodes:
+        every = redis.RedisCluster.ALL_NODES
+        return sum(
+            int(n)
+            for n in nodes.execute_command("CLIENT KILL", "TYPE", "pubsub", target_nodes=every).values()
+        )
 
 
 async def test_redis_processes_share_streams_and_reclaim(redis_processes: Callable[[], RedisQueue]) -> None:
@@ -184,12 +255,12 @@ async def test_redis_processes_share_streams_and_reclaim(redis_processes: Callab
 
 
 async def test_redis_recovers_when_the_stream_vanishes(
-    redis_processes: Callable[[], RedisQueue], redis_database: RedisDatabase
+    redis_processes: Callable[[], RedisQueue], redis_server: Flushable
 ) -> None:
     """Redis restarted without its data (or the key was deleted): reads must not fail forever."""
     queue = redis_processes()
     assert await queue.read("s", "c1", 10, 0.02) == []  # the consumer group now exists and is remembered
-    redis_database.flush()
+    redis_server.flush()
     await queue.add("s", [b"after the loss"])
     entries: list[Entry] = []
     for _ in range(3):
@@ -200,7 +271,7 @@ async def test_redis_recovers_when_the_stream_vanishes(
 
     blocked = asyncio.create_task(queue.read("s", "c1", 10, 2.0))
     await asyncio.sleep(0.1)
-    redis_database.flush()  # deletes the stream under a blocked read
+    redis_server.flush()  # deletes the stream under a blocked read
     assert await asyncio.wait_for(blocked, 3.0) == []
     await queue.add("s", [b"again"])
     assert payloads_of(await read_all(queue, "s")) == [b"again"]
@@ -229,6 +300,20 @@ async def test_blocked_read_wakes_up_when_an_entry_arrives(steady_queue: WorkQue
     entries = await asyncio.wait_for(reader, 2.0)
     assert payloads_of(entries) == [b"wake"]
     assert time.monotonic() - started < 1.0
+
+
+async def test_an_idle_reader_is_woken_at_once_by_work_its_own_process_adds(steady_queue: WorkQueue) -> None:
+    # A fan-out adding delivery jobs in a worker: that worker's delivery reader, resting between reads
+    # of an empty stream (Redis: up to 0.2 s), takes them without waiting out its rest.
+    waits = []
+    for round_number in range(5):
+        reader = asyncio.create_task(steady_queue.read("s", "c1", 10, 5.0))
+        await asyncio.sleep(0.5 + 0.03 * round_number)  # long enough for the rests to reach their longest
+        started = time.monotonic()
+        await steady_queue.add("s", [b"job"])
+        assert payloads_of(await asyncio.wait_for(reader, 2.0)) == [b"job"]
+        waits.append(time.monotonic() - started)
+    assert sorted(waits)[2] < 0.05, waits
 
 
 async def test_add_of_many_payloads_is_all_or_nothing_for_readers(steady_queue: WorkQueue) -> None:
@@ -520,3 +605,165 @@ async def test_retiring_consumers_removes_only_those_holding_nothing(steady_queu
     await asyncio.sleep(0.01)
     assert await q.retire_consumers("s", 0.0) == (1 if named else 0)
     assert await q.retire_consumers("no-such-stream", 0.0) == 0
+
+
+# ---- partitions ----------------------------------------------------------------------------------------
+
+
+async def test_reads_take_the_partitions_asked_for_and_entries_keep_theirs(make_queue: MakeQueue) -> None:
+    q = await make_queue(LONG_RECLAIM, 8)
+    assert q.partitions == 8
+    await q.add_each("s", {0: [b"zero"], 3: [b"three-a", b"three-b"], 7: [b"seven"]})
+    taken = await q.read("s", "c1", 10, 0.05, [3, 7])
+    assert sorted((e.partition, e.payload) for e in taken) == [
+        (3, b"three-a"),
+        (3, b"three-b"),
+        (7, b"seven"),
+    ]
+    assert await q.read("s", "c1", 10, 0.05, [3, 7]) == []
+    assert [(e.partition, e.payload) for e in await q.read("s", "c1", 10, 0.05)] == [(0, b"zero")]
+    assert await q.depth("s") == 4  # summed over the partitions, in flight included
+    await q.commit_each("s", [Commit(ack=[e.id], partition=e.partition) for e in taken])
+    assert await q.depth("s") == 1
+
+
+async def test_each_commit_lands_in_its_own_partition(make_queue: MakeQueue) -> None:
+    q, now = await make_queue(LONG_RECLAIM, 8), time.time()
+    await q.add_each("in", {1: [b"a"], 2: [b"b"]})
+    entries = {e.partition: e for e in await q.read("in", "c1", 10, 0.05)}
+    first = Commit(ack=[entries[1].id], add={"out": [b"from 1"]}, partition=1)
+    second = Commit(
+        ack=[entries[2].id], delay=[Delayed("out", b"later from 2", now - 1, "k", 1)], partition=2
+    )
+    await q.commit_each("in", [first, second])
+    assert await q.depth("in") == 0
+    assert payloads_of(await q.read("out", "c1", 10, 0.05, [2])) == []
+    assert [(e.partition, e.payload) for e in await q.read("out", "c1", 10, 0.05, [1])] == [(1, b"from 1")]
+    assert await q.promote_due(now, 10, [1]) == 0  # the retry waits in partition 2
+    assert await q.delayed_count() == 1
+    assert await q.promote_due(now, 10, [2]) == 1
+    assert [(e.partition, e.payload) for e in await q.read("out", "c1", 10, 0.05)] == [(2, b"later from 2")]
+
+
+async def test_promotion_takes_the_earliest_due_across_partitions(make_queue: MakeQueue) -> None:
+    q, now = await make_queue(LONG_RECLAIM, 8), time.time()
+    await q.commit_each(
+        "in",
+        [
+            Commit(delay=[Delayed("s", b"third", now - 1)], partition=5),
+            Commit(delay=[Delayed("s", b"first", now - 3), Delayed("s", b"fourth", now - 0.5)], partition=6),
+            Commit(delay=[Delayed("s", b"second", now - 2)], partition=7),
+        ],
+    )
+    assert await q.promote_due(now, 2) == 2
+    assert sorted(payloads_of(await q.read("s", "c1", 10, 0.05))) == [b"first", b"second"]
+    assert await q.promote_due(now, 10) == 2
+    assert sorted(payloads_of(await q.read("s", "c1", 10, 0.05))) == [b"fourth", b"third"]
+
+
+async def test_a_queue_made_with_another_partition_count_refuses_to_start(redis_server: Flushable) -> None:
+    first = RedisQueue.from_url(redis_server.url, reclaim_seconds=RECLAIM, partitions=64)
+    other = RedisQueue.from_url(redis_server.url, reclaim_seconds=RECLAIM, partitions=32)
+    same = RedisQueue.from_url(redis_server.url, reclaim_seconds=RECLAIM, partitions=64)
+    try:
+        await first.start()  # the first to use the queue records its count
+        with pytest.raises(PartitionCountMismatch) as refused:
+            await other.start()
+        assert str(refused.value).startswith(
+            "XMTP_PUSH_QUEUE_PARTITIONS: the queue in Redis has 64 partitions"
+        )
+        await same.start()
+        await same.add("s", [b"fine"])
+        assert await same.depth("s") == 1
+    finally:
+        for queue in (first, other, same):
+            await queue.close()
+
+
+async def test_scripts_forgotten_by_the_server_are_loaded_again(
+    redis_processes: Callable[[], RedisQueue],
+) -> None:
+    """A restarted server, or a replica just promoted, may not know the scripts."""
+    q = redis_processes()
+    await q.add("s", [b"before"])
+    await (await q.link.client()).script_flush()
+    await q.add("s", [b"after"])
+    entries = await q.read("s", "c1", 10, 0.05)
+    assert payloads_of(entries) == [b"before", b"after"]
+    await (await q.link.client()).script_flush()
+    await q.commit("s", Commit(ack=[e.id for e in entries]))
+    assert await q.depth("s") == 0
+
+
+async def test_calls_wait_for_a_connection_rather_than_fail(redis_server: Flushable) -> None:
+    queue = RedisQueue.from_url(redis_server.url, reclaim_seconds=RECLAIM, max_connections=2)
+    try:
+        await asyncio.gather(*(queue.add("s", [b"%d" % n], n % 8) for n in range(60)))
+        assert await queue.depth("s") == 60
+    finally:
+        await queue.close()
+
+
+async def test_the_start_up_log_tells_single_or_cluster_without_the_url(
+    redis_server: Flushable, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = RedisQueue.from_url(redis_server.url, reclaim_seconds=RECLAIM)
+    try:
+        with caplog.at_level(logging.INFO, logger="app.queue.redis_link"):
+            await queue.start()
+    finally:
+        await queue.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "app.queue.redis_link"]
+    on_cluster = isinstance(redis_server, ClusterUnderTest)
+    assert said == ["redis: cluster, 3 primaries" if on_cluster else "redis: single"]
+    assert queue.link.cluster is on_cluster
+
+
+async def test_partitions_spread_over_every_primary_of_a_cluster(redis_cluster: ClusterUnderTest) -> None:
+    redis_cluster.flush()
+    queue = RedisQueue.from_url(redis_cluster.url, reclaim_seconds=LONG_RECLAIM)
+    try:
+        await queue.add_each("s", {p: [b"%d" % p] for p in range(queue.partitions)})
+        nodes = {
+            redis_cluster.client.get_node_from_key(stream_key("s", p)).name for p in range(queue.partitions)
+        }
+        assert len(nodes) == redis_cluster.primaries() == 3
+        entries = await read_all(queue, "s")
+        assert sorted(e.partition for e in entries) == list(range(queue.partitions))
+        assert all(e.payload == b"%d" % e.partition for e in entries)
+        await queue.commit_each("s", [Commit(ack=[e.id], partition=e.partition) for e in entries])
+        assert await queue.depth("s") == 0
+    finally:
+        await queue.close()
+
+
+async def test_a_primary_killed_once_its_replica_caught_up_loses_nothing(
+    redis_cluster: ClusterUnderTest,
+) -> None:
+    """kill -9 of the primary holding partition 0 while work is added to it: the replica takes over,
+    the queue rides the failover out (the adds, retried as a worker loop does), nothing is lost."""
+    redis_cluster.flush()
+    queue = RedisQueue.from_url(redis_cluster.url, reclaim_seconds=LONG_RECLAIM)
+    try:
+        async with killable_primary(redis_cluster, stream_key("s", 0)) as victim:
+            before = {p: [b"before-%d" % p] for p in range(queue.partitions)}
+            await queue.add_each("s", before)
+            victim.kill()  # once every write is on its replica
+            during = [b"during-%d" % n for n in range(20)]
+            for payload in during:
+                await add_through_outage(queue, payload)
+            expected = sorted([*(p for ps in before.values() for p in ps), *during])
+            assert sorted(payloads_of(await read_all(queue, "s"))) == expected
+    finally:
+        await queue.close()
+
+
+async def add_through_outage(queue: RedisQueue, payload: bytes, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await queue.add("s", [payload], 0)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)

@@ -1,19 +1,18 @@
-"""The README's configuration table names every setting."""
+"""The configuration table of docs/configuration.md names every setting."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.config import ENV_PREFIX, Settings
+from app.core.config import ENV_PREFIX, UNPREFIXED_SETTINGS, Settings
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONFIGURATION_PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
 def test_every_setting_is_documented() -> None:
-    text = README.read_text(encoding="utf-8")
-    missing = [
-        f"{ENV_PREFIX}{name.upper()}"
-        for name in Settings.model_fields
-        if f"`{ENV_PREFIX}{name.upper()}`" not in text
+    text = CONFIGURATION_PAGE.read_text(encoding="utf-8")
+    variables = [
+        UNPREFIXED_SETTINGS.get(name, f"{ENV_PREFIX}{name.upper()}") for name in Settings.model_fields
     ]
-    assert not missing, f"README.md's configuration table lacks {missing}"
+    missing = [variable for variable in variables if f"`{variable}`" not in text]
+    assert not missing, f"docs/configuration.md's table lacks {missing}"

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.core.config import ENV_PREFIX, Settings, SettingsError, load_settings, unknown_setting_warnings
+from app.core.proxies import MALFORMED_PROXY, Proxy
+from app.delivery.egress import EgressProxy
 
 SECRET = "sk_live_Zq9xVERYSECRET0000"
 
@@ -16,7 +18,7 @@ SECRET = "sk_live_Zq9xVERYSECRET0000"
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No XMTP_PUSH_* variable from the outer environment leaks into a test."""
     for name in list(os.environ):
-        if name.upper().startswith(ENV_PREFIX):
+        if name.upper().startswith(ENV_PREFIX) or name.upper() in ("HTTPS_PROXY", "NO_PROXY"):
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
 
@@ -490,3 +492,59 @@ def test_channels_can_come_from_the_config_file(tmp_path: Path, monkeypatch: pyt
 def test_settings_class_accepts_keyword_values() -> None:
     settings = Settings(database_url="sqlite+aiosqlite:///x.db", http_port=0, max_attempts=1)
     assert (settings.http_port, settings.max_attempts) == (0, 1)
+
+
+# --- egress proxies ------------------------------------------------------------------------------
+
+
+def test_the_environments_proxy_variables_are_read_without_the_prefix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("https_proxy", "http://ops:pa%40ss@proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost, .internal")
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_PROXY", "egress.internal:8080")
+    settings = load_settings()
+    proxy = EgressProxy.for_providers(settings)
+    assert proxy.for_url("https://api.push.apple.com/3/device/x") == proxy.proxy
+    assert proxy.proxy is not None and proxy.proxy.address == "proxy.internal:3128"
+    assert proxy.proxy.headers == {"Proxy-Authorization": "Basic b3BzOnBhQHNz"}
+    assert proxy.for_url("https://hooks.internal/a") is None  # a listed suffix
+    assert proxy.for_url("https://localhost:8443/") is None
+    assert proxy.for_url("http://fcm.example.org/") is None  # only https:// is tunnelled
+    assert EgressProxy.for_webhooks(settings).for_url("https://hooks.example.org/") == Proxy(
+        "egress.internal", 8080
+    )
+    assert EgressProxy.for_webhooks(load_settings(webhook_proxy="")).proxy is None
+    # The URLs hold a password: the settings never show them.
+    assert "pa%40ss" not in repr(settings) and "pa%40ss" not in str(proxy)
+    assert unknown_setting_warnings() == []
+
+
+def test_a_sygnal_yaml_proxy_wins_over_https_proxy_and_no_proxy_star_bypasses_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    settings = load_settings()
+    assert EgressProxy.for_providers(settings, "http://other:1").for_host("fcm.googleapis.com") == Proxy(
+        "other", 1
+    )
+    monkeypatch.setenv("NO_PROXY", "*")
+    assert EgressProxy.for_providers(load_settings()).for_host("fcm.googleapis.com") is None
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "XMTP_PUSH_WEBHOOK_PROXY"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "socks5://ops:secret@proxy:1080",
+        "https://ops:secret@proxy:3128",
+        "http://ops:secret@:3128",
+        "http://ops:secret@proxy:99999",
+    ],
+)
+def test_a_proxy_url_that_is_not_http_is_refused_without_quoting_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, url: str
+) -> None:
+    message = error_for(monkeypatch, **{variable: url})
+    assert message == f"invalid configuration: {variable}: {MALFORMED_PROXY}"
+    assert "secret" not in message

@@ -14,7 +14,8 @@ from typing import Any
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.recipients.models import Recipient, Subscription
 from app.runtime import Runtime
-from tests.builders import (
+from tests.support import Api
+from tests.support.builders import (
     ALL_TRANSPORTS,
     NOT_REGISTERED,
     SERVICE,
@@ -42,7 +43,6 @@ from tests.builders import (
     update,
     welcome_topic,
 )
-from tests.support import Api
 from workers.sweeper import sweep_once
 
 ApiWith = Callable[..., AbstractAsyncContextManager[Api]]

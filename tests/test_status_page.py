@@ -13,24 +13,22 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import psutil
-from redis.asyncio import Redis
 
 from app import __version__
 from app.api.status import COLORS, FAILURE_COLORS, render
 from app.ops.stats import Stats, collect_stats
 from app.queue.activity import ListenerState, RedisActivityLog
+from app.queue.redis_link import RedisLink
 from app.testing.fake_apns import FakeApns, TlsFiles
 from app.testing.keys import apns_key_pem
 from app.testing.webhook_receiver import Receiver
-from tests import ops_support, pipeline_support
-from tests.ops_support import Image, read_png, register, required_tool, run_child, scripted_run
-from tests.pipeline_support import Pipeline, envelope, group_topic, running_pipeline
+from tests.support import ops as ops_support
+from tests.support import pipeline as pipeline_support
+from tests.support.ops import Image, read_png, register, required_tool, run_child, scripted_run
+from tests.support.pipeline import Pipeline, envelope, group_topic, running_pipeline
 
-receiver = pipeline_support.receiver
 redis_url = pipeline_support.redis_url
 redis_postgresql_stack = pipeline_support.redis_postgresql_stack
-tls = ops_support.tls
-apns = ops_support.apns
 
 BROWSER_SECONDS = 60.0
 WIDTH, HEIGHT = 1000, 1800
@@ -144,12 +142,12 @@ def pipeline_with_apns(
 async def test_status_page_in_headless_chromium(
     redis_postgresql_stack: pipeline_support.Stack,
     receiver: Receiver,
-    apns: FakeApns,
+    apns_server: FakeApns,
     tls: TlsFiles,
     tmp_path: Path,
 ) -> None:
-    async with pipeline_with_apns(redis_postgresql_stack, apns, tls) as pipe:
-        run = await scripted_run(pipe, receiver, apns)
+    async with pipeline_with_apns(redis_postgresql_stack, apns_server, tls) as pipe:
+        run = await scripted_run(pipe, receiver, apns_server)
         configured = {p.channel for p in pipe.runtime.providers}
         before = uptime_minutes()
         html, image = await browse(f"{pipe.http.base_url}/status", tmp_path)
@@ -217,12 +215,12 @@ async def failure_burst(pipe: Pipeline, receiver: Receiver, apns: FakeApns) -> d
 async def test_a_failure_burst_shows_in_red(
     redis_postgresql_stack: pipeline_support.Stack,
     receiver: Receiver,
-    apns: FakeApns,
+    apns_server: FakeApns,
     tls: TlsFiles,
     tmp_path: Path,
 ) -> None:
-    async with pipeline_with_apns(redis_postgresql_stack, apns, tls) as pipe:
-        await failure_burst(pipe, receiver, apns)
+    async with pipeline_with_apns(redis_postgresql_stack, apns_server, tls) as pipe:
+        await failure_burst(pipe, receiver, apns_server)
         html, image = await browse(f"{pipe.http.base_url}/status", tmp_path)
 
     assert (
@@ -245,8 +243,8 @@ async def test_a_failure_burst_shows_in_red(
 async def test_the_listener_is_told_as_not_configured_connecting_catching_up_live_silent_or_stopped(
     redis_url: str,
 ) -> None:
-    client = Redis.from_url(redis_url)
-    log = RedisActivityLog(client)
+    link = RedisLink(redis_url)
+    log = RedisActivityLog(link)
     now = time.time()
     try:
         assert await log.listener() is None
@@ -274,4 +272,4 @@ async def test_the_listener_is_told_as_not_configured_connecting_catching_up_liv
             no_listener, set()
         )
     finally:
-        await client.aclose()
+        await link.close()

@@ -1,4 +1,4 @@
-"""The README's "Webhook receivers" section against the code: headers, secret form, body, and the
+"""The "Webhook receivers" section of docs/api.md against the code: headers, secret form, body, and the
 table of answers and what follows them, so that the contract a receiver's author reads cannot drift
 from what the webhook provider and the retry rule do."""
 
@@ -17,27 +17,20 @@ from app.delivery.providers import webhook
 from app.delivery.types import Outcome, OutcomeKind
 from app.fanout.delivery_job import DeliveryJob
 from app.fanout.hints import Hint, webhook_body, webhook_id
-from tests.test_first_hint import section
+from tests.support.readme import section, table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 HINT = Hint(b"\x00" + bytes(range(16)), 42, b"\x01" * 32)
 STATUSES = range(100, 600)
 
 
 @pytest.fixture(scope="module")
 def contract() -> str:
-    return section(README.read_text(encoding="utf-8"), "## Webhook receivers")
-
-
-def table(text: str, header: str) -> list[list[str]]:
-    """The rows of the markdown table whose header row starts with `| header |`."""
-    lines = text[text.index(f"| {header} |") :].splitlines()
-    rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
-    return rows[: next((i for i, line in enumerate(lines[2:]) if not line.startswith("|")), len(rows))]
+    return section(API_PAGE.read_text(encoding="utf-8"), "## Webhook receivers")
 
 
 def documented_name(outcome: Outcome) -> str:
-    """An outcome as the README names it: a webhook's "gone" is a dead target confirmed by retrying."""
+    """An outcome as the page names it: a webhook's "gone" is a dead target confirmed by retrying."""
     return "gone" if outcome.confirm_by_retry else outcome.kind.value
 
 

@@ -19,8 +19,10 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from app.core.apps import AppName, AppSource
+from app.core.channels import Channel
 from app.core.config import SettingsError
-from app.delivery.credentials import WebPushCredentials, load_webpush
+from app.delivery.credentials import load_webpush
 from app.delivery.providers.webpush import (
     VapidTokens,
     WebPushConfig,
@@ -32,24 +34,15 @@ from app.delivery.registry import ChannelApp, ProviderRegistry
 from app.delivery.types import OutcomeKind, Priority, Push, WebPushKeys
 from app.delivery.url_policy import UrlPolicy
 from app.testing.fake_webpush import FakeWebPush, b64url
+from tests.support.webpush import NAMES, PAYLOAD, credentials, pem
 
 LOOPBACK = UrlPolicy(allow_insecure=True, allow_private_addresses=True)
 PUBLIC_ONLY = UrlPolicy(allow_insecure=True)
-NAMES = {
-    key: f"apps.web.{key}"
-    for key in ("vapid_private_key", "vapid_contact_email", "ttl", "allowed_endpoints", "max_connections")
-}
-PAYLOAD = b'{"event_id":"$e","room_id":"!r:example.org","unread":2}'
 
 
 @pytest.fixture(scope="module")
 def vapid_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
-
-
-def pem(key: ec.EllipticCurvePrivateKey) -> str:
-    encoding, private = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
-    return key.private_bytes(encoding, private, serialization.NoEncryption()).decode()
 
 
 def public_b64(key: ec.EllipticCurvePrivateKey) -> str:
@@ -59,19 +52,11 @@ def public_b64(key: ec.EllipticCurvePrivateKey) -> str:
     return b64url(point)
 
 
-def credentials(key: ec.EllipticCurvePrivateKey, **values: object) -> WebPushCredentials:
-    return load_webpush(pem(key), "ops@example.org", names=NAMES, **values)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[FakeWebPush]:
-    async with FakeWebPush() as fake:
-        yield fake
-
-
 @pytest.fixture
 async def provider(vapid_key: ec.EllipticCurvePrivateKey) -> AsyncIterator[WebPushProvider]:
-    sender = WebPushProvider(WebPushConfig(credentials(vapid_key, ttl=120), LOOPBACK), 5.0, app="web")
+    sender = WebPushProvider(
+        WebPushConfig(credentials(vapid_key, ttl=120), LOOPBACK), 5.0, app=AppName(AppSource.MATRIX, "web")
+    )
     yield sender
     await sender.close()
 
@@ -136,8 +121,8 @@ async def test_every_push_is_encrypted_afresh_and_one_token_serves_an_origin(
     [
         (404, OutcomeKind.DEAD),
         (410, OutcomeKind.DEAD),
-        (500, OutcomeKind.TRANSIENT),
-        (502, OutcomeKind.TRANSIENT),
+        (500, OutcomeKind.FAILED),
+        (502, OutcomeKind.FAILED),
         (400, OutcomeKind.REJECTED),
         (401, OutcomeKind.REJECTED),
         (403, OutcomeKind.REJECTED),
@@ -159,7 +144,7 @@ async def test_too_many_requests_waits_for_its_retry_after(
 ) -> None:
     subscription = service.subscribe(statuses=(429,), **{"retry-after": "42"})
     outcome = await provider.send(push(subscription.endpoint, subscription.keys))
-    assert outcome.kind is OutcomeKind.TRANSIENT
+    assert outcome.kind is OutcomeKind.FAILED
     assert outcome.delay_seconds == 42.0
 
 
@@ -263,7 +248,7 @@ async def test_a_service_that_never_answers_is_transient_within_the_bound(
         answered.set()
         await sender.close()
         await runner.cleanup()
-    assert outcome.kind is OutcomeKind.TRANSIENT
+    assert outcome.kind is OutcomeKind.FAILED
     assert time.monotonic() - started < 2.0
 
 
@@ -271,9 +256,10 @@ async def test_the_registry_builds_the_channel(
     service: FakeWebPush, vapid_key: ec.EllipticCurvePrivateKey
 ) -> None:
     config = WebPushConfig(credentials(vapid_key), LOOPBACK)
-    registry = ProviderRegistry.build([ChannelApp("webpush", "org.example.web", config)], 5.0)
+    web = AppName(AppSource.MATRIX, "org.example.web")
+    registry = ProviderRegistry.build([ChannelApp(Channel.WEBPUSH, web, config)], 5.0)
     try:
-        sender = registry.get("webpush", "org.example.web")
+        sender = registry.get(Channel.WEBPUSH, web)
         assert sender is not None
         subscription = service.subscribe()
         assert (

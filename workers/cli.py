@@ -19,7 +19,7 @@ COMMANDS = {
     "api": "HTTP API (Connect, ingest, health, metrics; the Matrix notify route when configured) and gRPC API",
     "worker": "fan-out and delivery workers (needs XMTP_PUSH_REDIS_URL); run as many as you like",
     "listen": (
-        "the xmtpd firehose listener (one per deployment; needs XMTP_PUSH_XMTPD_ADDRESS and "
+        "the xmtpd firehose listener (two or more for availability; needs XMTP_PUSH_XMTPD_ADDRESS and "
         "XMTP_PUSH_REDIS_URL)"
     ),
     "migrate": "apply database migrations (alembic upgrade head)",
@@ -147,6 +147,7 @@ def _marmot(settings: Settings, args: argparse.Namespace) -> None:
 
 def run_loop(settings: Settings, main: Coroutine[Any, Any, None]) -> None:
     from app.api.grpc_server import PortUnavailable
+    from app.queue.base import PartitionCountMismatch
 
     try:
         with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
@@ -154,6 +155,9 @@ def run_loop(settings: Settings, main: Coroutine[Any, Any, None]) -> None:
     except PortUnavailable as error:  # as uvicorn ends on a taken HTTP port: one line, exit 3
         print(f"xmtp-push: {error}", file=sys.stderr)
         raise SystemExit(3) from None
+    except PartitionCountMismatch as error:  # a setting that does not fit the queue: one line, exit 2
+        print(f"xmtp-push: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:

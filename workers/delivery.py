@@ -26,13 +26,12 @@ from app.delivery.types import Outcome, OutcomeKind
 from app.fanout.delivery_job import DeliveryJob
 from app.fanout.hints import RENDERERS
 from app.queue.activity import ATTEMPT_MS, ATTEMPTS, CREDENTIALS_REFUSED
-from app.queue.base import Commit, Delayed, Entry, WorkQueue, delivery_stream
-from app.recipients.types import Channel, Target
+from app.queue.base import Commit, Delayed, Entry, Share, WorkQueue, delivery_stream
+from app.recipients.types import DELIVERY_CHANNELS, Target
 from app.runtime import Runtime
 from workers.outage import Outage
 
 log = logging.getLogger(__name__)
-_LABELS = {channel.value: channel.label for channel in Channel}
 READ_BLOCK_SECONDS = 1.0
 # Each flush is one queue round trip whatever it carries, so fewer carry more. A crash repeats at
 # most this much finished work, the only case where a hint may go twice.
@@ -61,15 +60,22 @@ class _Work:
 
 class DeliveryWorker:
     def __init__(
-        self, runtime: Runtime, queue: WorkQueue, provider: Provider, targets: TargetStore, consumer: str
+        self,
+        runtime: Runtime,
+        queue: WorkQueue,
+        provider: Provider,
+        targets: TargetStore,
+        consumer: str,
+        share: Share,
     ) -> None:
         self.runtime = runtime
+        self.share = share
         self.queue = queue
         self.provider = provider
         self.targets = targets
         self.consumer = consumer
         self.channel = provider.channel
-        self.render = RENDERERS[Channel[self.channel.upper()]]
+        self.render = RENDERERS[self.channel]
         self.stream = delivery_stream(self.channel)
         settings = runtime.settings
         self.capacity = settings.delivery_concurrency
@@ -84,11 +90,12 @@ class DeliveryWorker:
         self._ready: deque[_Work] = deque()
         self._idle: deque[asyncio.Future[_Work | None]] = deque()
         self._busy = 0  # attempts accepted and not yet ended: waiting in _ready, handed over or running
-        self._finished = Commit()
+        # Finished work by partition: each partition's part is committed atomically.
+        self._finished: dict[int, Commit] = {}
         self._tally: Counter[tuple[str, str]] = Counter()
         self._tally_due = 0.0
         self._paused_until = 0.0
-        self._commits = Outage(log, f"{provider.channel} acknowledgements")
+        self._commits = Outage(log, f"{provider.channel} acknowledgements", runtime.dependencies)
         # Set when an attempt ends leaving at least `refill` slots free; `_drained` when none is busy.
         self._slot_freed = asyncio.Event()
         self._drained = asyncio.Event()
@@ -105,7 +112,7 @@ class DeliveryWorker:
         drained = asyncio.Event()
         flusher = asyncio.create_task(self._flush_loop(drained))
         slots = [asyncio.create_task(self._slot()) for _ in range(self.capacity)]
-        outage = Outage(log, f"{self.channel} delivery")
+        outage = Outage(log, f"{self.channel} delivery", self.runtime.dependencies)
         try:
             while not stop.is_set():
                 try:
@@ -131,7 +138,9 @@ class DeliveryWorker:
             await self._slot_freed.wait()
             return
         free = self.capacity - self._busy
-        entries = await self.queue.read(self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS)
+        entries = await self.queue.read(
+            self.stream, self.consumer, min(free, FLUSH_SIZE), READ_BLOCK_SECONDS, self.share.partitions
+        )
         if entries:
             await self._dispatch(entries)
 
@@ -148,7 +157,7 @@ class DeliveryWorker:
         for entry in entries:
             job = _decode(entry)
             if job is None:
-                self._finished.ack.append(entry.id)
+                self._done(entry).ack.append(entry.id)
             else:
                 decoded.append((entry, job))
         targets = await self.targets.targets([job.recipient_id for _, job in decoded])
@@ -158,12 +167,13 @@ class DeliveryWorker:
     def _route(self, entry: Entry, job: DeliveryJob, target: Target | None) -> None:
         # Each hint's job was made once, by the one fan-out of its envelope (see workers/fanout.py).
         if target is None:  # unregistered since
-            self._finished.ack.append(entry.id)
+            self._done(entry).ack.append(entry.id)
             return
-        label = _LABELS[target.channel]
-        if label != self.channel:  # re-registered on another channel: hand it over
-            self._finished.ack.append(entry.id)
-            self._finished.add_to(delivery_stream(label), job.encode())
+        channel = DELIVERY_CHANNELS[target.channel]
+        if channel != self.channel:  # re-registered on another channel: hand it over
+            done = self._done(entry)
+            done.ack.append(entry.id)
+            done.add_to(delivery_stream(channel), job.encode())
             return
         self._start(_Work(entry, job, target))
 
@@ -210,8 +220,9 @@ class DeliveryWorker:
         if self._paused_until > time.time():
             # Read just before the channel was paused: back to the queue until the pause ends,
             # without spending an attempt.
-            self._finished.delay.append(self._delayed(work.job, self._paused_until))
-            self._finished.ack.append(work.entry.id)
+            done = self._done(work.entry)
+            done.delay.append(self._delayed(work.job, self._paused_until))
+            done.ack.append(work.entry.id)
             self._deferred.inc()
             return
         target = work.target
@@ -228,7 +239,7 @@ class DeliveryWorker:
         if self._record(work, outcome):
             await self._delete_dead(work.job.recipient_id, target)
         # Acknowledged only now: a crash before this point repeats the attempt (and the deletion).
-        self._finished.ack.append(work.entry.id)
+        self._done(work.entry).ack.append(work.entry.id)
 
     def _record(self, work: _Work, outcome: Outcome) -> bool:
         """Queue what follows the attempt; True when the recipient is dead and should be deleted."""
@@ -240,11 +251,20 @@ class DeliveryWorker:
         if isinstance(step, Retry):
             (self._deferred if outcome.kind is OutcomeKind.DEFERRED else self._retries).inc()
             due = now + step.delay_seconds
-            self._finished.delay.append(self._delayed(step.job, due, replaceable=outcome.replaceable))
+            delayed = self._delayed(step.job, due, replaceable=outcome.replaceable)
+            self._done(work.entry).delay.append(delayed)
             return False
         self._outcomes[step.kind].inc()
         self._tally[(self.channel, step.kind.value)] += 1
         return step.kind is OutcomeKind.DEAD
+
+    def _done(self, entry: Entry) -> Commit:
+        """The finished work of the entry's partition (a retry of a recipient and topic, or a hand-over,
+        stays in the partition of its topic, which is its entry's)."""
+        commit = self._finished.get(entry.partition)
+        if commit is None:
+            commit = self._finished[entry.partition] = Commit(partition=entry.partition)
+        return commit
 
     def _delayed(self, job: DeliveryJob, due: float, *, replaceable: bool = True) -> Delayed:
         key = job.retry_key if replaceable else ""
@@ -275,9 +295,9 @@ class DeliveryWorker:
                 await self.runtime.activity.record(tally, time.time())
         if not self._finished:
             return
-        commit, self._finished = self._finished, Commit()
+        commits, self._finished = list(self._finished.values()), {}
         try:
-            await self.queue.commit(self.stream, commit)
+            await self.queue.commit_each(self.stream, commits)
             self._commits.succeeded()
         except Exception as error:
             # Unacknowledged entries are reclaimed and attempted again later; nothing is lost.

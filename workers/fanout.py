@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from app.core import metrics
 from app.fanout.fanout_job import FanoutJob
 from app.fanout.service import FanoutPage, fan_out_page
-from app.queue.base import ENVELOPES, Commit, Entry, WorkQueue, delivery_stream
-from app.recipients.types import Channel
+from app.queue.base import ENVELOPES, Commit, Entry, Share, WorkQueue, delivery_stream
+from app.recipients.types import DELIVERY_CHANNELS
 from app.runtime import Runtime
 from workers.outage import Outage
 
@@ -21,20 +21,21 @@ ENTRIES_PER_READ = 4
 
 
 class FanoutWorker:
-    def __init__(self, runtime: Runtime, queue: WorkQueue, consumer: str) -> None:
+    def __init__(self, runtime: Runtime, queue: WorkQueue, consumer: str, share: Share) -> None:
         self.runtime = runtime
         self.queue = queue
         self.consumer = consumer
+        self.share = share
         self.page_size = runtime.settings.fanout_page_size
         self.ranges = runtime.settings.fanout_ranges
         self.dedup_ttl = runtime.settings.dedup_ttl_seconds
 
     async def run(self, stop: asyncio.Event) -> None:
-        outage = Outage(log, "fan-out")
+        outage = Outage(log, "fan-out", self.runtime.dependencies)
         while not stop.is_set():
             try:
                 entries = await self.queue.read(
-                    ENVELOPES, self.consumer, ENTRIES_PER_READ, READ_BLOCK_SECONDS
+                    ENVELOPES, self.consumer, ENTRIES_PER_READ, READ_BLOCK_SECONDS, self.share.partitions
                 )
                 if entries:
                     await self._handle(entries)
@@ -45,31 +46,43 @@ class FanoutWorker:
 
     async def _handle(self, entries: list[Entry]) -> None:
         """Fan out a batch of entries on one database connection, then acknowledge them and queue
-        their follow-up work in one step: small topics cost a query each, not a query, a
-        connection checkout and a queue round trip each."""
-        commit = Commit(ack=[entry.id for entry in entries])
+        their follow-up work in one step per partition: small topics cost a query each, not a
+        query, a connection checkout and a queue round trip each. A topic's pages and delivery
+        jobs stay in its envelope's partition, so each partition's step is atomic."""
+        commits: dict[int, Commit] = {}
+        for entry in entries:
+            commits.setdefault(entry.partition, Commit(partition=entry.partition)).ack.append(entry.id)
         jobs = await self._claimed(entries)
         pages = []
         async with self.runtime.reads() as session:
-            for job in jobs:
+            for _, job in jobs:
                 pages.append(await fan_out_page(session, job, self.page_size, self.ranges))
-        for page in pages:
-            _add_follow_up(commit, page)
-        await self.queue.commit(ENVELOPES, commit)
-        for job, page in zip(jobs, pages, strict=True):
+        for (partition, _), page in zip(jobs, pages, strict=True):
+            _add_follow_up(commits[partition], page)
+        await self.queue.commit_each(ENVELOPES, list(commits.values()))
+        for (_, job), page in zip(jobs, pages, strict=True):
             _count(job, page)
 
-    async def _claimed(self, entries: list[Entry]) -> list[FanoutJob]:
-        """The entries' jobs, less the envelopes already fanned out. A first page claims its envelope
-        for its entry (which keeps its id when reclaimed after a crash, and so its claim); the same
-        envelope taken in again, in this batch or later, finds the claim held and is dropped. Later
-        pages belong to the claim's holder."""
+    async def _claimed(self, entries: list[Entry]) -> list[tuple[int, FanoutJob]]:
+        """The entries' jobs with their partitions, less the envelopes already fanned out. A first
+        page claims its envelope for its entry (which keeps its id when reclaimed after a crash,
+        and so its claim); the same envelope taken in again, in this batch or later, finds the claim
+        held and is dropped. Later pages belong to the claim's holder."""
         decoded = [(entry, job) for entry in entries if (job := _decode(entry)) is not None]
-        claims = await self.queue.claim_once(
-            [(job.dedup_key, entry.id) for entry, job in decoded if job.first_page], self.dedup_ttl
+        firsts: dict[int, list[tuple[str, str]]] = {}
+        for entry, job in decoded:
+            if job.first_page:
+                firsts.setdefault(entry.partition, []).append((job.dedup_key, entry.id))
+        # Each partition's claims in one script; the partitions' at once.
+        flags = await asyncio.gather(
+            *(self.queue.claim_once(claims, self.dedup_ttl, p) for p, claims in firsts.items())
         )
-        held = iter(claims)
-        return [job for _, job in decoded if not job.first_page or next(held)]
+        held = {
+            owner: flag
+            for claims, answers in zip(firsts.values(), flags, strict=True)
+            for (_, owner), flag in zip(claims, answers, strict=True)
+        }
+        return [(entry.partition, job) for entry, job in decoded if not job.first_page or held[entry.id]]
 
 
 def _decode(entry: Entry) -> FanoutJob | None:
@@ -82,7 +95,7 @@ def _decode(entry: Entry) -> FanoutJob | None:
 
 def _add_follow_up(commit: Commit, page: FanoutPage) -> None:
     for channel, payloads in page.deliveries.items():
-        commit.add.setdefault(delivery_stream(Channel(channel).label), []).extend(payloads)
+        commit.add.setdefault(delivery_stream(DELIVERY_CHANNELS[channel]), []).extend(payloads)
     for next_job in page.next_jobs:
         commit.add_to(ENVELOPES, next_job.encode())
 
@@ -91,12 +104,14 @@ def _count(job: FanoutJob, page: FanoutPage) -> None:
     if job.first_page:
         metrics.envelopes_total.labels("fanned_out" if page.eligible else "ineligible").inc()
     for channel, count in page.suppressed.items():
-        metrics.deliveries_total.labels(Channel(channel).label, "suppressed").inc(count)
+        metrics.deliveries_total.labels(DELIVERY_CHANNELS[channel], "suppressed").inc(count)
 
 
-async def run_fanout(runtime: Runtime, queue: WorkQueue, consumer: str, stop: asyncio.Event) -> None:
+async def run_fanout(
+    runtime: Runtime, queue: WorkQueue, consumer: str, share: Share, stop: asyncio.Event
+) -> None:
     loops: Sequence[FanoutWorker] = [
-        FanoutWorker(runtime, queue, f"{consumer}-fanout-{n}")
+        FanoutWorker(runtime, queue, f"{consumer}-fanout-{n}", share)
         for n in range(runtime.settings.fanout_concurrency)
     ]
     await asyncio.gather(*(loop.run(stop) for loop in loops))

@@ -24,6 +24,7 @@ from app.envelopes.types import Envelope
 from app.fanout.service import enqueue_envelopes
 from app.network import repository
 from app.network.decoding import MalformedEnvelope, decode
+from app.ops.failures import outage
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as envelopes
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
@@ -32,6 +33,7 @@ from app.queue.base import WorkQueue
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
+XMTPD_ADDRESS = "XMTP_PUSH_XMTPD_ADDRESS"
 _EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from grpc-stubs)
 PAGE_LIMIT = 1000
 QUERY_TIMEOUT_SECONDS = 30.0
@@ -75,6 +77,14 @@ class Listener:
         self._shown: dict[int, int] = {}
         self._stored: dict[int, int] = {}
         self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()
+        # Whether the firehose stream is open now (readiness), and whether the last attempts to open
+        # it failed (told once, not at every retry).
+        self._open = False
+        self._unreachable = False
+
+    async def firehose_open(self) -> bool:
+        """Readiness: the firehose stream is open (the node answered it)."""
+        return self._open
 
     async def run(self, stop: asyncio.Event) -> None:
         async with self.runtime.sessions() as session:
@@ -93,7 +103,7 @@ class Listener:
 
     async def _connect_once(self, stop: asyncio.Event) -> bool:
         """One connection's life; True when the stream was established before it ended."""
-        established = False
+        established = opened = False
         await self._enter("connecting")
         try:
             async with self._channel() as channel:
@@ -101,7 +111,10 @@ class Listener:
                     api.SubscribeAllEnvelopesRequest()
                 )
                 try:
-                    await self._ingest((await self._next(stream, stop)).envelopes, catch_up=False)
+                    first = await self._next(stream, stop)
+                    opened = self._open = True
+                    self._reached()
+                    await self._ingest(first.envelopes, catch_up=False)
                     established = True
                     await self._enter("catching_up")
                     await self._catch_up(api_grpc.QueryApiStub(channel))  # type: ignore[no-untyped-call]
@@ -109,11 +122,15 @@ class Listener:
                     while not stop.is_set():
                         await self._ingest((await self._next(stream, stop)).envelopes, catch_up=False)
                 finally:
+                    self._open = False
                     stream.cancel()
         except StreamSilent:
             log.warning("firehose stream silent too long; reconnecting")
         except grpc.aio.AioRpcError as error:
-            log.warning("firehose stream ended: %s", error.code().name)
+            if opened:
+                log.warning("firehose stream ended: %s; reconnecting", error.code().name)
+            else:
+                self._not_reached(error.code())
         except _Stopped:
             pass
         except StopAsyncIteration:
@@ -124,9 +141,26 @@ class Listener:
             if task is not None and task.cancelling():
                 raise  # the listener itself is being cancelled: never swallow that
             log.warning("firehose stream cancelled")
-        except Exception:
-            log.exception("listener connection failed")
+        except Exception as error:
+            failure = outage(error)
+            if failure is None:
+                log.exception("listener connection failed")
+            else:
+                failure.tell(self.runtime.dependencies, "the listener reconnects with backoff")
         return established
+
+    def _not_reached(self, code: grpc.StatusCode) -> None:
+        """The node did not open the stream: said once until it does, with the setting to look at."""
+        if not self._unreachable:
+            self._unreachable = True
+            what = "is unreachable" if code is grpc.StatusCode.UNAVAILABLE else "refused the firehose"
+            log.warning("%s: the xmtpd node %s (%s); retrying with backoff", XMTPD_ADDRESS, what, code.name)
+
+    def _reached(self) -> None:
+        if self._unreachable:
+            self._unreachable = False
+            log.warning("%s: the xmtpd node answers again", XMTPD_ADDRESS)
+        log.info("firehose stream open")
 
     def _channel(self) -> grpc.aio.Channel:
         if self.tls:
@@ -258,10 +292,15 @@ class Listener:
         try:
             async with self.runtime.sessions() as session, session.begin():
                 await repository.save_marks(session, dirty, time.time_ns())
-        except Exception:
+        except Exception as error:
             self._dirty = {**dirty, **self._dirty}
-            log.exception("could not store listener marks; will retry")
+            failure = outage(error)
+            if failure is None:
+                log.exception("could not store listener marks; will retry")
+            else:
+                failure.tell(self.runtime.dependencies, "the listener keeps its marks until it serves")
             return
+        self.runtime.dependencies.up("database")
         self._last_save = time.monotonic()
         self._stored.update(dirty)
         await self._report_lag()
@@ -297,7 +336,11 @@ async def _wait(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
-async def run_listener(runtime: Runtime, stop: asyncio.Event) -> None:
+def new_listener(runtime: Runtime) -> Listener:
     if runtime.queue is None:
         raise RuntimeError("the listener needs a queue")
-    await Listener(runtime, runtime.queue).run(stop)
+    return Listener(runtime, runtime.queue)
+
+
+async def run_listener(runtime: Runtime, stop: asyncio.Event) -> None:
+    await new_listener(runtime).run(stop)

@@ -14,19 +14,23 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from redis.asyncio import Redis
 
 from app.core import metrics
+from app.core.channels import Channel
 from app.core.config import MARMOT_MAX_FRAME_BYTES, Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup
 from app.marmot.keys import ServerKey
 from app.marmot.pending import PendingTriggers, TriggerSink
 from app.marmot.relay_session import RelaySession
-from app.marmot.triggers import Limits, TriggerHandler, TriggerResult, count_trigger
+from app.marmot.shared_limits import SharedKeys, SharedLimits
+from app.marmot.triggers import Limits, SharedTriggerHandler, TriggerHandler, TriggerResult, count_trigger
+from app.marmot.wrap_queue import QueueSettings, WrapQueue
+from app.queue.redis_link import TRANSIENT, RedisLink
 
 log = logging.getLogger("workers.marmot")
 
@@ -54,18 +58,44 @@ class Backoff:
         self._step = self._first
 
 
+class Intake(Protocol):
+    """Where a relay's reader hands each live gift wrap, never waiting."""
+
+    def offer(self, event: dict[str, Any], text: str) -> object: ...
+
+    def serving(self, grace: float) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+
+class AloneIntake:
+    """A process working alone: its own buffer and handlers (app/marmot/pending.py)."""
+
+    def __init__(self, handler: TriggerSink[dict[str, Any]], settings: Settings) -> None:
+        self._pending = PendingTriggers(
+            handler, settings.marmot_max_concurrent, settings.marmot_pending_bytes
+        )
+        self.serving = self._pending.serving
+
+    def offer(self, event: dict[str, Any], text: str) -> object:
+        return self._pending.offer(event, len(text))  # what it holds: about its frame's text
+
+
 class MarmotServer:
     """The relay connections of one server key and the triggers they bring in."""
 
     def __init__(
-        self, settings: Settings, key: ServerKey, providers: ProviderRegistry, handler: TriggerSink
+        self,
+        settings: Settings,
+        key: ServerKey,
+        providers: ProviderRegistry,
+        handler: TriggerSink[dict[str, Any]],
+        queue: WrapQueue | None = None,
     ) -> None:
+        """Live gift wraps go to `queue` (shared with the other processes serving the key) when given,
+        else to this process's own handlers."""
         self._settings, self._key, self._providers = settings, key, providers
         self._relays = settings.marmot_relays
         self.handler = handler
-        self._pending = PendingTriggers(
-            handler, settings.marmot_max_concurrent, settings.marmot_pending_bytes
-        )
+        self._intake: Intake = queue if queue is not None else AloneIntake(handler, settings)
         self.connected: set[int] = set()
         self.subscribed: set[int] = set()
 
@@ -75,7 +105,7 @@ class MarmotServer:
 
     async def can_push(self) -> bool:
         """At least one of APNs and FCM configured (readiness)."""
-        return self._providers.get("apns") is not None or self._providers.get("fcm") is not None
+        return self._providers.get(Channel.APNS) is not None or self._providers.get(Channel.FCM) is not None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve every relay until `stop` is set; then let pending and in-flight triggers finish
@@ -84,7 +114,7 @@ class MarmotServer:
         timeout = aiohttp.ClientTimeout(total=None, connect=HANDSHAKE_SECONDS, sock_connect=HANDSHAKE_SECONDS)
         async with (
             aiohttp.ClientSession(timeout=timeout) as http,
-            self._pending.serving(STOP_GRACE_SECONDS),  # its grace starts once the relays' loops end
+            self._intake.serving(STOP_GRACE_SECONDS),  # its grace starts once the relays' loops end
         ):
             loops = [
                 asyncio.create_task(self._relay_loop(http, number, url, watchdog))
@@ -147,7 +177,7 @@ class MarmotServer:
         if reaction.backlog:
             count_trigger(TriggerResult.BACKLOG)
         if reaction.trigger is not None:
-            self._pending.offer(reaction.trigger, len(text))  # what it holds: about its frame's text
+            self._intake.offer(reaction.trigger, text)
         return not reaction.reconnect
 
     def _note_subscription(self, number: int, live: bool, backoff: Backoff) -> None:
@@ -172,17 +202,58 @@ class MarmotServer:
 
 @contextlib.asynccontextmanager
 async def open_marmot(settings: Settings, providers: ProviderRegistry) -> AsyncIterator[MarmotServer]:
-    """The server of the configured key, with its duplicate memory (in Redis when configured)."""
+    """The server of the configured key: sharing its gift wraps, limits and duplicate memory with the
+    other processes serving the key through Redis when one is configured, else alone."""
     if settings.marmot_secret_key is None:
         raise ValueError("XMTP_PUSH_MARMOT_SECRET_KEY is not set")
     key = ServerKey.parse(settings.marmot_secret_key.get_secret_value())
-    redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
-    try:
-        dedup = Dedup(settings.marmot_dedup_seconds, redis)
+    limits = Limits.from_settings(settings)
+    if not settings.redis_url:
+        log.info(
+            "Marmot: no XMTP_PUSH_REDIS_URL; this process works alone (its own limits and duplicate memory)"
+        )
         handler = TriggerHandler(
-            key, providers, dedup, Limits.from_settings(settings), settings.marmot_pushes_in_flight
+            key, providers, Dedup(settings.marmot_dedup_seconds), limits, settings.marmot_pushes_in_flight
         )
         yield MarmotServer(settings, key, providers, handler)
+        return
+    link = RedisLink(settings.redis_url, settings.redis_cluster, settings.redis_max_connections)
+    async with _shared_client(link, settings.redis_url) as redis:
+        yield shared_server(settings, key, providers, redis)
+
+
+@contextlib.asynccontextmanager
+async def _shared_client(link: RedisLink, url: str) -> AsyncIterator[Any]:
+    """The link's client (a cluster client on a Redis Cluster). A Redis that does not answer at
+    start-up gets a single-node client that connects once it does: the server pushes alone meanwhile."""
+    fallback: Redis | None = None
+    try:
+        try:
+            client = await link.client()
+        except TRANSIENT:
+            client = fallback = Redis.from_url(url)
+        yield client
     finally:
-        if redis is not None:
-            await redis.aclose()
+        await link.close()
+        if fallback is not None:
+            await fallback.aclose()
+
+
+def shared_server(
+    settings: Settings, key: ServerKey, providers: ProviderRegistry, redis: Any
+) -> MarmotServer:
+    """A server whose wraps, limits and duplicate memory are shared through `redis`
+    (app/marmot/wrap_queue.py, app/marmot/shared_limits.py)."""
+    keys, limits = SharedKeys(key.public_hex), Limits.from_settings(settings)
+    shared = SharedLimits(redis, keys, limits.chunk, limits.device, settings.marmot_dedup_seconds)
+    handler = SharedTriggerHandler(
+        key, providers, Dedup(settings.marmot_dedup_seconds), limits, settings.marmot_pushes_in_flight, shared
+    )
+    queue_settings = QueueSettings(
+        settings.marmot_max_concurrent,
+        settings.marmot_pending_bytes,
+        limits.global_,
+        settings.queue_reclaim_seconds,
+    )
+    log.info("Marmot: gift wraps, limits and duplicate memory shared through Redis")
+    return MarmotServer(settings, key, providers, handler, WrapQueue(redis, keys, handler, queue_settings))

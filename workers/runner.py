@@ -9,11 +9,14 @@ import os
 import socket
 import time
 
-from app.delivery.provider import DEFAULT_APP, Provider
+from app.core.apps import DEFAULT_APP
+from app.core.dependencies import DependencyLog
+from app.delivery.provider import Provider
 from app.queue.backlog import sample_backlog
-from app.queue.base import ENVELOPES, WorkQueue, delivery_stream
+from app.queue.base import ENVELOPES, Share, WorkQueue, delivery_stream
+from app.queue.ownership import PartitionOwnership
 from app.recipients.targets import RecipientTargets
-from app.recipients.types import Channel
+from app.recipients.types import DELIVERY_CHANNELS
 from app.runtime import STREAMS, Runtime
 from workers.delivery import DeliveryWorker
 from workers.fanout import run_fanout
@@ -21,7 +24,8 @@ from workers.outage import Outage
 
 log = logging.getLogger(__name__)
 PROMOTE_BATCH = 1000
-PROMOTE_IDLE_SECONDS = 0.05
+# Each round asks every partition of the share: not more often than this while nothing is due.
+PROMOTE_IDLE_SECONDS = 0.1
 GAUGE_SECONDS = 5.0
 # Consumers of workers gone this long (with nothing pending) are removed from their groups.
 DEAD_CONSUMER_SECONDS = 3600.0
@@ -32,19 +36,30 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
+async def run_workers(runtime: Runtime, stop: asyncio.Event, share: Share | None = None) -> None:
+    """Every loop of a worker over the partitions of `share` (None: all of them): fan-out, delivery
+    and retry promotion read only those; the gauges and the pruning of consumers see them all."""
     queue = runtime.queue
     if queue is None:
         raise RuntimeError("workers need a queue")
     consumer = consumer_name()
+    ownership = None if share is not None else worker_ownership(runtime, queue, consumer)
+    share = share or Share.everything(queue.partitions)
     targets = RecipientTargets(runtime.sessions, runtime.reads)
     providers = xmtp_providers(runtime)
     await asyncio.gather(
-        run_fanout(runtime, queue, consumer, stop),
-        *(DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}").run(stop) for p in providers),
-        promote_retries(queue, stop),
+        run_fanout(runtime, queue, consumer, share, stop),
+        *(
+            DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}", share).run(stop)
+            for p in providers
+        ),
+        promote_retries(queue, share, stop, runtime.dependencies),
         watch_queue(runtime, queue, stop),
+        *([keep_share(ownership, share, stop, runtime.dependencies)] if ownership else []),
     )
+    if ownership is not None:
+        with contextlib.suppress(Exception):
+            await ownership.leave()  # its partitions go to the others at their next beat
     # Stopped cleanly, everything acknowledged: this process's consumer names leave their groups.
     fanout_names = [f"{consumer}-fanout-{n}" for n in range(runtime.settings.fanout_concurrency)]
     with contextlib.suppress(Exception):
@@ -55,18 +70,53 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event) -> None:
             )
 
 
-def xmtp_providers(runtime: Runtime) -> list[Provider]:
-    """The default app's provider of each XMTP channel this deployment configures."""
-    channels = (c.label for c in Channel if c is not Channel.UNSPECIFIED)
-    return [p for label in channels if (p := runtime.providers.get(label, DEFAULT_APP)) is not None]
+def worker_ownership(runtime: Runtime, queue: WorkQueue, consumer: str) -> PartitionOwnership | None:
+    """This worker's membership among the workers sharing the Redis queue (None in process: alone).
+    Its lease is half the reclaim period, so a dead worker's partitions have a reader again by the
+    time its pending entries have been idle long enough to be reclaimed."""
+    link = getattr(queue, "link", None)
+    if link is None:
+        return None
+    lease = runtime.settings.queue_reclaim_seconds / 2
+    return PartitionOwnership(link, consumer, queue.partitions, lease)
 
 
-async def promote_retries(queue: WorkQueue, stop: asyncio.Event) -> None:
-    """Move retries that are due back onto their channel's stream."""
-    outage = Outage(log, "retry promotion")
+async def keep_share(
+    ownership: PartitionOwnership, share: Share, stop: asyncio.Event, dependencies: DependencyLog
+) -> None:
+    """Beat, and set the share to the partitions this worker owns whenever they change; with Redis
+    away the share stays as it was."""
+    outage = Outage(log, "partition ownership", dependencies)
     while not stop.is_set():
         try:
-            moved = await queue.promote_due(time.time(), PROMOTE_BATCH)
+            owned = tuple(sorted(await ownership.beat()))
+            outage.succeeded()
+        except Exception as error:
+            await _wait(stop, outage.failed(error))
+            continue
+        if owned != share.partitions:
+            share.partitions = owned
+            log.info(
+                "worker reads %d of %d partitions (%d workers)",
+                len(owned), ownership.partitions, len(ownership.members),
+            )  # fmt: skip
+        await _wait(stop, ownership.beat_seconds)
+
+
+def xmtp_providers(runtime: Runtime) -> list[Provider]:
+    """The default app's provider of each XMTP channel this deployment configures."""
+    channels = DELIVERY_CHANNELS.values()
+    return [p for channel in channels if (p := runtime.providers.get(channel, DEFAULT_APP)) is not None]
+
+
+async def promote_retries(
+    queue: WorkQueue, share: Share, stop: asyncio.Event, dependencies: DependencyLog
+) -> None:
+    """Move retries that are due back onto their channel's stream, in the share's partitions."""
+    outage = Outage(log, "retry promotion", dependencies)
+    while not stop.is_set():
+        try:
+            moved = await queue.promote_due(time.time(), PROMOTE_BATCH, share.partitions)
             outage.succeeded()
         except Exception as error:
             await _wait(stop, outage.failed(error))

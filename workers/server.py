@@ -17,14 +17,18 @@ import uvicorn
 from app.api.grpc_server import PortUnavailable, start_grpc_server
 from app.api.health import create_probe_app
 from app.api.main import create_app, create_gateway_app, served
+from app.core.channels import Channel
 from app.core.collector import settle_after_start_up
 from app.core.config import Settings
-from app.core.probes import Probes
+from app.core.probes import Check, Probes
+from app.delivery.egress import EgressProxy
 from app.delivery.registry import ProviderRegistry, default_apps
 from app.matrix.service import Gateway
+from app.ops.checks import check_dependencies_at_start
+from app.ops.failures import DATABASE_READ_URL, classify_replica
 from app.runtime import Runtime, open_gateway_alone, open_runtime
 from workers.http_protocol import header_bound_protocol
-from workers.listener import run_listener
+from workers.listener import new_listener, run_listener
 from workers.marmot import open_marmot
 from workers.runner import run_workers
 from workers.sweeper import run_sweeper
@@ -33,8 +37,11 @@ log = logging.getLogger(__name__)
 GRACE_SECONDS = 10
 # A background job runs until `stop` is set, then finishes what it holds.
 # Marmot wakes apps through APNs and FCM only.
-MARMOT_CHANNELS = ("apns", "fcm")
+MARMOT_CHANNELS = (Channel.APNS, Channel.FCM)
 BackgroundJob = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
+# A worker is ready when it can take work (Redis), send it (providers) and, when one is configured,
+# read fan-out pages and targets from the read replica.
+WORKER_CHECKS = ("redis", "providers", "replica")
 
 
 class _HttpServer(uvicorn.Server):
@@ -109,12 +116,14 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def running_api(runtime: Runtime) -> AsyncIterator[ApiServers]:
-    """Start HTTP and gRPC on the configured addresses (port 0 picks a free one)."""
+async def running_api(runtime: Runtime, *, fans_out: bool = False) -> AsyncIterator[ApiServers]:
+    """Start HTTP and gRPC on the configured addresses (port 0 picks a free one); `fans_out`: the
+    workers run in this process too (`dev`), so its readiness includes the read replica's."""
     settings = runtime.settings
     grpc_server, grpc_port = await start_grpc_server(runtime, settings.grpc_host, settings.grpc_port)
+    app = create_app(runtime, reads_replica=fans_out)
     try:
-        async with running_http(served(create_app(runtime)), settings, settings.http_port, "HTTP") as http:
+        async with running_http(served(app), settings, settings.http_port, "HTTP") as http:
             yield ApiServers(http.server, http.task, grpc_server, http.port, grpc_port)
     finally:
         await grpc_server.stop(GRACE_SECONDS)
@@ -131,15 +140,36 @@ async def running_gateway(settings: Settings) -> AsyncIterator[tuple[Gateway, Ht
 
 
 @contextlib.asynccontextmanager
-async def serving_probes(runtime: Runtime, *checks: str) -> AsyncIterator[int]:
-    """/healthz, /readyz (by `checks`) and /metrics on the metrics port; yields the bound port."""
-    app = create_probe_app(runtime.probes(*checks))
+async def serving_probes(runtime: Runtime, *checks: str, **own: Check) -> AsyncIterator[int]:
+    """/healthz, /readyz (by the runtime's `checks` and the process's `own`) and /metrics on the
+    metrics port; yields the bound port."""
+    probes = runtime.probes(*checks)
+    app = create_probe_app(Probes({**probes.checks, **own}, probes.sample))
     async with running_http(app, runtime.settings, runtime.settings.metrics_port, "metrics") as http:
         log.info(
             "serving metrics=%s (/healthz, /readyz, /metrics)",
             host_port(runtime.settings.http_host, http.port),
         )
         yield http.port
+
+
+async def say_if_replica_unreachable(runtime: Runtime) -> None:
+    """At start-up, one line naming XMTP_PUSH_DATABASE_READ_URL when the read replica does not answer.
+    The process starts all the same, unready, and reads from the replica once it answers (an outage
+    is ridden out, as the primary's is)."""
+    if runtime.replica is None:
+        return
+    try:
+        async with runtime.replica.connect() as connection:
+            await connection.exec_driver_sql("SELECT 1")
+    except Exception as error:
+        failure = classify_replica(error)
+        problem = (
+            failure.message
+            if failure
+            else f"{DATABASE_READ_URL}: the read replica failed ({type(error).__name__})"
+        )
+        log.warning("%s; not ready until it answers", problem)
 
 
 async def _started(server: _HttpServer, task: asyncio.Task[None]) -> None:
@@ -171,22 +201,30 @@ async def serve_api(
     """Serve HTTP and gRPC until SIGTERM or SIGINT, with the sweeper and any background jobs."""
     stop = _stop_on_signals()
     # On the way out the API stops first (no new work), then the background jobs finish what they hold.
-    async with (
-        open_runtime(settings, in_process_queue=in_process_queue, gateway=True) as runtime,
-        background(runtime, jobs, stop),
-        running_api(runtime) as servers,
-    ):
-        # Everything made so far (modules, app, engine, servers) lives as long as
-        # the process. Frozen, the collector stops rescanning it: full collections
-        # over it paused the event loop for 50-140 ms at a time under load.
-        settle_after_start_up(settings.gc_young_threshold)
-        log.info(
-            "serving http=%s grpc=%s",
-            host_port(settings.http_host, servers.http_port),
-            host_port(settings.grpc_host, servers.grpc_port),
-        )
-        await _first_of(stop.wait(), servers.http_task)
-        log.info("stopping")
+    async with open_runtime(settings, in_process_queue=in_process_queue, gateway=True) as runtime:
+        await check_dependencies_at_start(runtime)
+        async with (
+            background(runtime, jobs, stop),
+            running_api(runtime, fans_out=run_workers in jobs) as servers,
+        ):
+            if run_workers in jobs:
+                await say_if_replica_unreachable(runtime)
+            await _serve_until_stopped(runtime, servers, stop)
+
+
+async def _serve_until_stopped(runtime: Runtime, servers: ApiServers, stop: asyncio.Event) -> None:
+    settings = runtime.settings
+    # Everything made so far (modules, app, engine, servers) lives as long as
+    # the process. Frozen, the collector stops rescanning it: full collections
+    # over it paused the event loop for 50-140 ms at a time under load.
+    settle_after_start_up(settings.gc_young_threshold)
+    log.info(
+        "serving http=%s grpc=%s",
+        host_port(settings.http_host, servers.http_port),
+        host_port(settings.grpc_host, servers.grpc_port),
+    )
+    await _first_of(stop.wait(), servers.http_task)
+    log.info("stopping")
 
 
 def host_port(host: str, port: int) -> str:
@@ -215,23 +253,24 @@ async def serve_gateway(settings: Settings) -> None:
 
 async def serve_listener(settings: Settings) -> None:
     stop = _stop_on_signals()
-    async with (
-        open_runtime(settings, sends=False) as runtime,
-        serving_probes(runtime, "database", "redis"),
-    ):
-        settle_after_start_up(settings.gc_young_threshold)
-        log.info("listener started")
-        await run_listener(runtime, stop)
-        log.info("listener stopped")
+    async with open_runtime(settings, sends=False) as runtime:
+        listener = new_listener(runtime)
+        # Ready means the firehose stream is open, beside the database and Redis answering.
+        async with serving_probes(runtime, "database", "redis", firehose=listener.firehose_open):
+            settle_after_start_up(settings.gc_young_threshold)
+            log.info("listener started")
+            await listener.run(stop)
+            log.info("listener stopped")
 
 
 async def serve_worker(settings: Settings) -> None:
     stop = _stop_on_signals()
     async with (
         open_runtime(settings) as runtime,
-        serving_probes(runtime, "redis", "providers"),
+        serving_probes(runtime, *WORKER_CHECKS),
         background(runtime, [], stop),
     ):
+        await say_if_replica_unreachable(runtime)
         settle_after_start_up(settings.gc_young_threshold)
         log.info("worker started")
         await run_workers(runtime, stop)
@@ -249,7 +288,9 @@ async def serve_marmot(settings: Settings) -> None:
     """`xmtp-push marmot`: the relay connections, and /healthz, /readyz, /metrics on the HTTP port."""
     stop = _stop_on_signals()
     apps = [app for app in default_apps(settings) if app.channel in MARMOT_CHANNELS]
-    providers = ProviderRegistry.build(apps, settings.http_timeout_seconds)
+    providers = ProviderRegistry.build(
+        apps, settings.http_timeout_seconds, EgressProxy.for_providers(settings)
+    )
     try:
         async with open_marmot(settings, providers) as server:
             probes = Probes(checks={"relays": server.relays_ready, "push": server.can_push})

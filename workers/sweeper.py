@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 
+from app.ops.failures import outage
 from app.recipients import service
 from app.runtime import Runtime
 
@@ -30,9 +31,14 @@ async def run_sweeper(runtime: Runtime, stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
             deleted = await sweep_once(runtime)
+            runtime.dependencies.up("database")
             if deleted:
                 log.info("expired recipients deleted", extra={"count": deleted})
-        except Exception:
-            log.exception("expiry sweep failed; retrying at the next interval")
+        except Exception as error:
+            failure = outage(error)
+            if failure is None:
+                log.exception("expiry sweep failed; retrying at the next interval")
+            else:
+                failure.tell(runtime.dependencies, "the expiry sweep waits for it")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), runtime.settings.sweep_interval_seconds)

@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api import messages
 from app.core import errors, metrics
-from app.core.database import is_unavailable
 from app.core.errors import Code, DomainError
+from app.ops.failures import outage
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.recipients import service
 from app.runtime import Runtime
@@ -30,7 +30,8 @@ SERVICE_NAME = "xmtp.backend.v1.NotificationService"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Decoder = Callable[[type[Message]], Message]
-# Errors that mean the database cannot be reached right now; the SDK retries them.
+# Said once per change of the database's state, after what is wrong with it.
+ANSWERING_UNAVAILABLE = "calls answer UNAVAILABLE until it serves"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +81,17 @@ async def invoke(runtime: Runtime, method: Method, decode: Decoder, deadline: fl
     except DomainError as error:
         code = error.code.value
         # The messages are constants (app.core.errors): they name the problem, never a value.
-        log.info("%s answered %s: %s", method.name, code, error.message)
+        log.info("%s answered %s: %s%s", method.name, code, error.message, _told(error.violation))
         raise
     finally:
         seconds = time.perf_counter() - started
         metrics.rpc_seconds.labels(method.name, code).observe(seconds)
         if code == "ok":
             log.debug("%s answered ok in %.1f ms", method.name, seconds * 1000)
+
+
+def _told(violation: errors.Violation | None) -> str:
+    return f" ({violation.field} {violation.description})" if violation else ""
 
 
 def _decode(method: Method, decode: Decoder) -> Message:
@@ -122,16 +127,20 @@ async def _within_deadline(runtime: Runtime, method: Method, request: Message, s
         _abandon(work)
         raise DomainError(Code.DEADLINE_EXCEEDED, errors.DEADLINE)
     try:
-        return work.result()
+        answer = work.result()
     except DomainError:
         raise
     except Exception as error:
-        if is_unavailable(error):
-            # An outage, not a bug: one line without a stack, and the SDK retries later.
-            log.warning("database unavailable during %s (%s)", method.name, type(error).__name__)
-            raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
-        log.exception("internal error during %s", method.name)
-        raise DomainError(Code.INTERNAL, "internal error") from None
+        failure = outage(error)
+        if failure is None:
+            log.exception("internal error during %s", method.name)
+            raise DomainError(Code.INTERNAL, "internal error") from None
+        # An outage, not a bug: the SDK retries later, and the operator reads one line (per
+        # change of state, not per call) naming the setting and what is wrong.
+        failure.tell(runtime.dependencies, ANSWERING_UNAVAILABLE)
+        raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
+    runtime.dependencies.up("database")
+    return answer
 
 
 _abandoned: set[asyncio.Future[Message]] = set()

@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 
 from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
 from app.api.calls import METHODS, Method, invoke
+from app.api.error_details import connect_details
 from app.api.openapi_schema import message_schema
 from app.core.errors import Code, DomainError
 
@@ -44,7 +45,10 @@ router = APIRouter(tags=["xmtp.backend.v1.NotificationService"])
 
 
 def error_response(error: DomainError) -> Response:
-    body = json.dumps({"code": error.code.value, "message": error.message}, separators=(",", ":"))
+    document: dict[str, Any] = {"code": error.code.value, "message": error.message}
+    if error.violation is not None:
+        document["details"] = connect_details(error.violation)
+    body = json.dumps(document, separators=(",", ":"))
     return Response(body, status_code=HTTP_STATUS[error.code], media_type=JSON)
 
 
@@ -101,7 +105,22 @@ def _endpoint(method: Method) -> Callable[[Request], Awaitable[Response]]:
 def _openapi(method: Method) -> dict[str, Any]:
     error = {
         "type": "object",
-        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        "properties": {
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            # a field violation beside the constant message (google.rpc.BadRequest)
+            "details": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "type": {"type": "string"},
+                        "value": {"type": "string", "format": "byte"},
+                        "debug": {"type": "object"},
+                    },
+                },
+            },
+        },
         "required": ["code"],
     }
     binary = {"schema": {"type": "string", "format": "binary"}}

@@ -7,6 +7,8 @@ rather than grpc's generic INTERNAL for a failed deserializer.
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -15,6 +17,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from app.api.calls import METHODS, SERVICE_NAME, Method, invoke
+from app.api.error_details import grpc_trailers
 from app.core.errors import Code, DomainError
 from app.runtime import Runtime
 
@@ -56,7 +59,11 @@ def _handler(runtime: Runtime, method: Method) -> Handler:
         try:
             reply = await invoke(runtime, method, decode, context.time_remaining())
         except DomainError as error:
-            await context.abort(STATUS[error.code], error.message)
+            code = STATUS[error.code]
+            if error.violation is None:
+                await context.abort(code, error.message)
+            trailers = grpc_trailers(code, error.message, error.violation)
+            await context.abort(code, error.message, trailing_metadata=trailers)
         return reply.SerializeToString()
 
     return handle
@@ -70,6 +77,25 @@ def notification_handler(runtime: Runtime) -> grpc.GenericRpcHandler[Any, Any]:
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
 
+def _in_use(host: str, port: int) -> bool:
+    """Whether another socket holds `port` on an address `host` resolves to. Asked first, so that
+    a taken port stops start-up with our one line alone: grpcio's own bind failure also prints a
+    line of the native library's (`E1204 ... add_port.cc`) on stderr, before any handler of ours."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False  # grpcio says what it makes of the host
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpcio binds
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
 async def start_grpc_server(runtime: Runtime, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the bound port (useful when port is 0)."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
@@ -77,12 +103,15 @@ async def start_grpc_server(runtime: Runtime, host: str, port: int) -> tuple[grp
     # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    taken = PortUnavailable(f"gRPC address {host}:{port} is in use or cannot be bound")
+    if port and _in_use(host, port):
+        raise taken
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError:  # grpcio's answer to a taken port when it may not share it
         bound = 0
     if bound == 0:
-        raise PortUnavailable(f"gRPC address {host}:{port} is in use or cannot be bound")
+        raise taken
     await server.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -14,6 +14,7 @@ from app.envelopes.eligibility import KIND_OTHER, WITHOUT_SHOULD_PUSH
 from app.envelopes.parsing import MAX_BATCH, EnvelopeError, parse_json_batch, parse_server_envelope
 from app.envelopes.types import Envelope
 from app.fanout.service import Ingested, ingest_envelopes
+from app.ops.failures import outage
 
 PROTOBUF = "application/x-protobuf"
 
@@ -129,9 +130,14 @@ async def ingest(request: Request) -> JSONResponse:
         return _error(503, "no queue is configured")
     try:
         ingested = await ingest_envelopes(runtime.queue, envelopes)
-    except Exception:
-        log.exception("ingest failed: the queue is unavailable")
+    except Exception as error:
+        failure = outage(error)
+        if failure is None:
+            log.exception("ingest failed")
+        else:
+            failure.tell(runtime.dependencies, "ingest answers 503 until it serves")
         return _error(503, "queue is unavailable")
+    runtime.dependencies.up("redis")
     return _answer(ingested)
 
 

@@ -20,8 +20,9 @@ DESCRIPTION = (
 )
 
 
-def create_app(runtime: Runtime | None = None) -> FastAPI:
-    """Build the app around a started runtime (None only to render the OpenAPI document)."""
+def create_app(runtime: Runtime | None = None, *, reads_replica: bool = False) -> FastAPI:
+    """Build the app around a started runtime (None only to render the OpenAPI document);
+    `reads_replica`: the process reads from the read replica too, so it is ready only with it."""
     # /docs is Swagger UI with its script, style and icon served from the fastapi-offline package
     # under /docs/static: it works on a host that reaches no CDN. Swagger UI's validator badge (an
     # image from its public validator site) is off for the same reason.
@@ -35,7 +36,8 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
     )
     app.state.runtime = runtime
     if runtime is not None:
-        app.state.probes = runtime.probes("database", "redis")
+        checks = ("database", "redis", "replica") if reads_replica else ("database", "redis")
+        app.state.probes = runtime.probes(*checks)
     app.state.gateway = runtime.matrix if runtime is not None else None
     app.include_router(connect.router)
     app.include_router(ingest.router)

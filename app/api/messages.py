@@ -6,13 +6,13 @@ from typing import cast
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.recipients.types import (
-    Channel,
     Delivery,
     RecipientState,
     RegisterCommand,
     SubscriptionSpec,
     UnregisterCommand,
     UpdateSubscriptionsCommand,
+    WireChannel,
 )
 
 
@@ -28,11 +28,11 @@ def register_command(request: pb.RegisterRequest) -> RegisterCommand:
 def _delivery(request: pb.RegisterRequest) -> Delivery | None:
     match request.WhichOneof("delivery"):
         case "apns":
-            return Delivery(Channel.APNS, request.apns.token)
+            return Delivery(WireChannel.APNS, request.apns.token)
         case "fcm":
-            return Delivery(Channel.FCM, request.fcm.token)
+            return Delivery(WireChannel.FCM, request.fcm.token)
         case "http":
-            return Delivery(Channel.HTTP, request.http.url, request.http.signing_key)
+            return Delivery(WireChannel.HTTP, request.http.url, request.http.signing_key)
     return None
 
 

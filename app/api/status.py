@@ -14,20 +14,21 @@ from fastapi.responses import HTMLResponse
 
 from app import __version__
 from app.api.charts import last_hour, legend, lines, stacked_bars
+from app.core.channels import Channel
 from app.ops.stats import CHANNEL_LABELS, FAILURES, Stats, collect_stats, listener_summary
 from app.queue.activity import MinuteCount
 
 router = APIRouter(tags=["operations"])
 
-COLORS = {"apns": "#1f77b4", "fcm": "#ff7f0e", "http": "#2ca02c"}
+COLORS: dict[str, str] = {Channel.APNS: "#1f77b4", Channel.FCM: "#ff7f0e", Channel.HTTP: "#2ca02c"}
 # Failures in red (failed: retries ran out; rejected: refused for good); a gone target (dead) and a token
 # of another app (mismatch) apart from them.
 FAILURE_COLORS = {"failed": "#d62728", "rejected": "#8b0000", "mismatch": "#9467bd", "dead": "#7f7f7f"}
 QUEUE_COLORS = {
     "envelopes": "#8c564b",
-    "deliveries.apns": COLORS["apns"],
-    "deliveries.fcm": COLORS["fcm"],
-    "deliveries.http": COLORS["http"],
+    "deliveries.apns": COLORS[Channel.APNS],
+    "deliveries.fcm": COLORS[Channel.FCM],
+    "deliveries.http": COLORS[Channel.HTTP],
     "retries": "#e377c2",
 }
 # A failure share above this marks a channel failing (the alert rule's threshold).
@@ -87,7 +88,7 @@ def _per_minute(items: Iterable[MinuteCount], key: str) -> dict[str, dict[int, f
 
 
 def _signal(stats: Stats, name: str) -> dict[str, dict[int, float]]:
-    return _per_minute((m for m in stats.series if m.outcome == name), "channel")
+    return _per_minute((m for m in stats.series if m.outcome == name), "subject")
 
 
 def _latency(stats: Stats) -> dict[str, dict[int, float]]:
@@ -98,7 +99,7 @@ def _latency(stats: Stats) -> dict[str, dict[int, float]]:
     }
 
 
-def _health(channel: str, stats: Stats, configured: set[str]) -> tuple[str, str]:
+def _health(channel: Channel, stats: Stats, configured: set[str]) -> tuple[str, str]:
     """A channel's health in words, and its class on the page."""
     if channel not in configured:
         return "not configured", "off"
@@ -149,7 +150,7 @@ def _outcomes(stats: Stats) -> str:
 
 def render(stats: Stats, configured: set[str]) -> str:
     minutes = last_hour(stats.generated)
-    delivered = _per_minute((m for m in stats.minutes if m.outcome == "delivered"), "channel")
+    delivered = _per_minute((m for m in stats.minutes if m.outcome == "delivered"), "subject")
     failures = _per_minute((m for m in stats.minutes if m.outcome in FAILURES), "outcome")
     latency, backlog = _latency(stats), _signal(stats, "backlog")
     listener, listener_class = listener_summary(stats.listener, stats.generated)

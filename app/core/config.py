@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -19,6 +19,8 @@ from pydantic_settings import (
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from app.core.proxies import parse_proxy_url
 
 ENV_PREFIX = "XMTP_PUSH_"
 # Every request in and every request out is bounded by this (SDKs give up at 30 s).
@@ -42,6 +44,8 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     # A new database connection is given up after this: an outage answers UNAVAILABLE quickly.
     database_connect_timeout_seconds: float = Field(5.0, gt=0, le=MAX_CALL_SECONDS)
+    # A PostgreSQL read replica for fan-out pages and delivery-target lookups; writes stay on DATABASE_URL.
+    database_read_url: str | None = None
     http_host: str = "127.0.0.1"
     http_port: int = Field(8080, ge=0, le=65535)
     grpc_host: str = "127.0.0.1"
@@ -86,6 +90,13 @@ class Settings(BaseSettings):
     # Webhook attempts in flight to one host (host and port) per worker; more wait in the queue.
     http_max_per_host: int = Field(16, ge=1, le=4096)
 
+    # Egress proxies (app.delivery.egress): provider traffic follows the environment's own variables,
+    # read here unprefixed; webhooks to receivers go through a proxy only when this names one.
+    # Secret: the URL may hold the proxy's password.
+    https_proxy: SecretStr | None = Field(None, validation_alias=AliasChoices("https_proxy", "HTTPS_PROXY"))
+    no_proxy: str | None = Field(None, validation_alias=AliasChoices("no_proxy", "NO_PROXY"))
+    webhook_proxy: SecretStr | None = None
+
     # Delivery pipeline tuning.
     delivery_concurrency: int = Field(256, ge=1, le=4096)  # in flight per channel per worker
     fanout_concurrency: int = Field(4, ge=1, le=64)
@@ -96,6 +107,12 @@ class Settings(BaseSettings):
     # An entry left pending this long by a worker that died is taken over by another.
     # Longer than the 30 s bound on any attempt, so live work is not taken twice.
     queue_reclaim_seconds: float = Field(60.0, gt=0)
+    # The queue's work is split into this many partitions (hash tags); fixed once work is queued.
+    queue_partitions: int = Field(64, ge=1, le=16384)
+    # A Redis Cluster at REDIS_URL: "auto" asks the server (INFO cluster).
+    redis_cluster: Literal["auto", "true", "false"] = "auto"
+    # Connections to each Redis node per process; a call finding all busy waits for one.
+    redis_max_connections: int = Field(64, ge=1, le=10_000)
     dedup_ttl_seconds: int = Field(86_400, ge=60)
 
     # The Matrix push gateway: a Sygnal-style YAML file of apps enables /_matrix/push/v1/notify.
@@ -151,6 +168,15 @@ class Settings(BaseSettings):
                 raise ValueError("each relay must be a ws:// or wss:// URL with a host")
         return tuple(relays)
 
+    @field_validator("https_proxy", "webhook_proxy")
+    @classmethod
+    def _check_proxy(cls, value: SecretStr | None) -> SecretStr | None:
+        text = value.get_secret_value().strip() if value is not None else ""
+        if not text:
+            return None
+        parse_proxy_url(text)  # its ValueError never quotes the URL
+        return SecretStr(text)
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str) -> str:
@@ -162,6 +188,17 @@ class Settings(BaseSettings):
         except (ArgumentError, ValueError):
             raise ValueError(MALFORMED_URL) from None
         return value
+
+    @field_validator("database_read_url")
+    @classmethod
+    def _check_database_read_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value:
+            return None
+        if not value.startswith("postgresql+asyncpg://"):
+            raise ValueError("must be a postgresql+asyncpg:// URL (a read replica; SQLite has none)")
+        if str(info.data.get("database_url", "")).startswith("sqlite"):
+            raise ValueError(f"a read replica needs {ENV_PREFIX}DATABASE_URL on PostgreSQL, not SQLite")
+        return cls._check_database_url(value)
 
     @field_validator("redis_url")
     @classmethod
@@ -248,7 +285,7 @@ def _describe(exc: ValidationError) -> str:
 
 def _source_name(field: str) -> str:
     """Where a bad value came from: the environment variable (which wins) or the TOML file's key."""
-    variable = ENV_PREFIX + field.upper()
+    variable = UNPREFIXED_SETTINGS.get(field, ENV_PREFIX + field.upper())
     if variable not in _environment() and field in {key.lower() for key in _toml_keys()}:
         return f"{field} (in the {ENV_PREFIX}CONFIG file)"
     return variable
@@ -268,6 +305,8 @@ def _toml_keys() -> set[str]:
         return set()
 
 
+# Settings read from the environment's usual variables, without the prefix.
+UNPREFIXED_SETTINGS = {"https_proxy": "HTTPS_PROXY", "no_proxy": "NO_PROXY"}
 # XMTP_PUSH_ variables read elsewhere than the settings: the file's name, and the test suite's servers.
 _NOT_SETTINGS = frozenset({f"{ENV_PREFIX}CONFIG"})
 _TEST_VARIABLES = f"{ENV_PREFIX}TEST_"
@@ -276,7 +315,7 @@ _TEST_VARIABLES = f"{ENV_PREFIX}TEST_"
 def unknown_setting_warnings() -> list[str]:
     """A warning for each XMTP_PUSH_ variable and each TOML key that is no setting, with the nearest
     setting's name: a mistyped name would otherwise be ignored in silence."""
-    fields = sorted(Settings.model_fields)
+    fields = sorted(set(Settings.model_fields) - set(UNPREFIXED_SETTINGS))
     variables = {ENV_PREFIX + field.upper() for field in fields}
     warnings = []
     for name in sorted(_environment()):

@@ -70,8 +70,19 @@ def create_engine(settings: Settings) -> AsyncEngine:
     if settings.is_sqlite:
         check_sqlite_folder(settings.database_url)
         return _sqlite_engine(settings.database_url)
+    return _postgres_engine(settings.database_url, settings)
+
+
+def create_read_engine(settings: Settings) -> AsyncEngine | None:
+    """The read replica's engine (XMTP_PUSH_DATABASE_READ_URL), or None when reads share the primary's."""
+    if settings.database_read_url is None:
+        return None
+    return _postgres_engine(settings.database_read_url, settings)
+
+
+def _postgres_engine(url: str, settings: Settings) -> AsyncEngine:
     return create_async_engine(
-        settings.database_url,
+        url,
         pool_size=20,
         max_overflow=10,
         pool_timeout=MAX_CALL_SECONDS,

@@ -7,6 +7,7 @@ fixed strings: they never carry ids, secrets, tokens, URLs, topics or keys.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class Code(enum.Enum):
@@ -21,11 +22,21 @@ class Code(enum.Enum):
     UNAUTHENTICATED = "unauthenticated"
 
 
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """Which request field broke which rule: constant words beside the constant message (a
+    google.rpc.BadRequest field violation on the wire), never the field's value."""
+
+    field: str
+    description: str
+
+
 class DomainError(Exception):
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, violation: Violation | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.violation = violation
 
 
 MALFORMED = "request is malformed"

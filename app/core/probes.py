@@ -1,10 +1,10 @@
 """What a process's /readyz checks and what its /metrics reads just before a scrape.
 
 Every long-running command serves /healthz, /readyz and /metrics; each says here what "ready"
-means for it (the API: the database and Redis answer; a worker: Redis answers and its providers
-are built) and which gauges are read from outside the process at scrape time (queue depths).
-The HTTP side lives in app/api/health.py; a process with an HTTP app of its own includes that
-router and sets these probes on its app's state.
+means for it (the API: the database and Redis answer; a worker: Redis answers, its providers
+are built and the read replica answers when one is configured) and which gauges are read from
+outside the process at scrape time (queue depths). The HTTP side lives in app/api/health.py; a
+process with an HTTP app of its own includes that router and sets these probes on its app's state.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from types import TracebackType
 
@@ -61,13 +62,18 @@ class Deadlines:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(self.period)
-            now = time.monotonic()
-            for task, deadline in self._running.items():
-                if deadline <= now and task not in self._expired:
-                    self._expired.add(task)
-                    task.cancel()
+            self._expire(time.monotonic())
+
+    def _expire(self, now: float) -> None:
+        """Cancel the attempts whose deadline is `now` or earlier, as timed out."""
+        for task, deadline in self._running.items():
+            if deadline <= now and task not in self._expired:
+                self._expired.add(task)
+                task.cancel()
 
     async def close(self) -> None:
+        # Attempts still running would lose their bound with the sweep: they time out now instead.
+        self._expire(math.inf)
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,8 @@ Labelled by channel and app (operator-configured names), never by anything a use
 from __future__ import annotations
 
 from app.core import metrics
+from app.core.apps import AppName
+from app.core.channels import Channel
 
 
 class ProviderHealth:
@@ -13,14 +15,16 @@ class ProviderHealth:
     credentials of its own (webhooks) has no credential gauges, and one whose client does not tell
     the connections it opens (FCM's) no count of them: no number stands for what is not known."""
 
-    def __init__(self, channel: str, app: str, *, credentials: bool = True, connects: bool = True) -> None:
-        self._channel, self._app = channel, app
-        self._connections = metrics.provider_connections.labels(channel, app)
+    def __init__(
+        self, channel: Channel, app: AppName, *, credentials: bool = True, connects: bool = True
+    ) -> None:
+        self._channel, self._app = channel, app.label
+        self._connections = metrics.provider_connections.labels(channel, self._app)
         if connects:
-            self._connects = metrics.provider_connects_total.labels(channel, app)
+            self._connects = metrics.provider_connects_total.labels(channel, self._app)
         if credentials:
-            self._ok = metrics.credentials_ok.labels(channel, app)
-            self._refused = metrics.credentials_refused_total.labels(channel, app)
+            self._ok = metrics.credentials_ok.labels(channel, self._app)
+            self._refused = metrics.credentials_refused_total.labels(channel, self._app)
             self._ok.set(1)  # not judged yet: not known bad
 
     def accepted(self) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from app.core.apps import AppName
+from app.core.channels import Channel
 from app.delivery.types import Outcome, Push
-
-DEFAULT_APP = "default"  # the app of the flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* settings
 
 
 class Provider(Protocol):
-    channel: str  # apns | fcm | http | webpush
-    app: str  # whose credentials it sends with
+    channel: Channel
+    app: AppName  # whose credentials it sends with
 
     async def send(self, push: Push) -> Outcome:
         """One attempt, bounded in time; never raises for a delivery failure."""

@@ -9,27 +9,33 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from app.core.apps import DEFAULT_APP, AppName
+from app.core.channels import Channel
 from app.core.config import Settings
-from app.delivery.credentials import apns_credentials, fcm_credentials
-from app.delivery.provider import DEFAULT_APP, Provider
+from app.delivery.credentials import ApnsCredentials, FcmCredentials, apns_credentials, fcm_credentials
+from app.delivery.egress import DIRECT, EgressProxy
+from app.delivery.provider import Provider
 from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookConfig, WebhookProvider
-from app.delivery.providers.webpush import WebPushProvider
+from app.delivery.providers.webpush import WebPushConfig, WebPushProvider
 from app.delivery.types import Outcome, OutcomeKind
 from app.delivery.url_policy import UrlPolicy
 
 log = logging.getLogger("app.delivery")
 
+# One app's credentials, as its channel's provider takes them.
+ChannelCredentials = ApnsCredentials | FcmCredentials | WebhookConfig | WebPushConfig
+
 # channel -> how its provider is built from one app's credentials and the request bound.
 ProviderFactory = Callable[..., Provider]
-CHANNELS: dict[str, ProviderFactory] = {
-    "apns": ApnsProvider,
-    "fcm": FcmProvider,
-    "http": WebhookProvider.from_config,
-    "webpush": WebPushProvider,
+CHANNELS: dict[Channel, ProviderFactory] = {
+    Channel.APNS: ApnsProvider,
+    Channel.FCM: FcmProvider,
+    Channel.HTTP: WebhookProvider.from_config,
+    Channel.WEBPUSH: WebPushProvider,
 }
 
 # How loudly an attempt's outcome is logged: a gone token is routine, a failure is not.
@@ -37,7 +43,7 @@ OUTCOME_LEVELS = {
     OutcomeKind.DELIVERED: logging.DEBUG,
     OutcomeKind.DEAD: logging.INFO,
     OutcomeKind.MISMATCH: logging.INFO,
-    OutcomeKind.TRANSIENT: logging.WARNING,
+    OutcomeKind.FAILED: logging.WARNING,
     OutcomeKind.REJECTED: logging.WARNING,
     OutcomeKind.DEFERRED: logging.DEBUG,
 }
@@ -46,9 +52,9 @@ OUTCOME_LEVELS = {
 class ChannelApp(NamedTuple):
     """One app of one channel: its credentials as the channel's provider takes them."""
 
-    channel: str
-    app: str
-    credentials: Any
+    channel: Channel
+    app: AppName
+    credentials: ChannelCredentials
 
 
 class ProviderRegistry:
@@ -58,10 +64,13 @@ class ProviderRegistry:
         self._providers = {(provider.channel, provider.app): provider for provider in providers}
 
     @classmethod
-    def build(cls, apps: Iterable[ChannelApp], timeout_seconds: float) -> ProviderRegistry:
-        return cls(CHANNELS[a.channel](a.credentials, timeout_seconds, app=a.app) for a in apps)
+    def build(
+        cls, apps: Iterable[ChannelApp], timeout_seconds: float, proxy: EgressProxy = DIRECT
+    ) -> ProviderRegistry:
+        """`proxy`: what carries the providers' connections (webhooks follow their config's own)."""
+        return cls(CHANNELS[a.channel](a.credentials, timeout_seconds, app=a.app, proxy=proxy) for a in apps)
 
-    def get(self, channel: str, app: str = DEFAULT_APP) -> Provider | None:
+    def get(self, channel: Channel, app: AppName = DEFAULT_APP) -> Provider | None:
         return self._providers.get((channel, app))
 
     def __iter__(self) -> Iterator[Provider]:
@@ -85,17 +94,18 @@ def default_apps(settings: Settings) -> list[ChannelApp]:
     apps = []
     apns = apns_credentials(settings)
     if apns is not None:
-        apps.append(ChannelApp("apns", DEFAULT_APP, apns))
+        apps.append(ChannelApp(Channel.APNS, DEFAULT_APP, apns))
     fcm = fcm_credentials(settings)
     if fcm is not None:
-        apps.append(ChannelApp("fcm", DEFAULT_APP, fcm))
+        apps.append(ChannelApp(Channel.FCM, DEFAULT_APP, fcm))
     if settings.http_enabled:
-        config = WebhookConfig(UrlPolicy.from_settings(settings), settings.http_max_per_host)
-        apps.append(ChannelApp("http", DEFAULT_APP, config))
+        proxy = EgressProxy.for_webhooks(settings)
+        config = WebhookConfig(UrlPolicy.from_settings(settings), settings.http_max_per_host, proxy)
+        apps.append(ChannelApp(Channel.HTTP, DEFAULT_APP, config))
     return apps
 
 
-def log_outcome(channel: str, outcome: Outcome, seconds: float) -> None:
+def log_outcome(channel: Channel, outcome: Outcome, seconds: float) -> None:
     """Log one attempt by channel, outcome and duration: never the push, its address or the reply."""
     level = OUTCOME_LEVELS[outcome.kind]
     if not log.isEnabledFor(level):

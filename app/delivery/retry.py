@@ -48,9 +48,9 @@ def next_step(
     `age_seconds` old now), and for `max_attempts` attempts at most."""
     if outcome.kind is OutcomeKind.DEFERRED:
         delay = outcome.delay_seconds or 0.0
-        return Outcome(OutcomeKind.TRANSIENT) if age_seconds + delay > window_seconds else Retry(job, delay)
+        return Outcome(OutcomeKind.FAILED) if age_seconds + delay > window_seconds else Retry(job, delay)
     gone = outcome.kind is OutcomeKind.DEAD and outcome.confirm_by_retry
-    retryable = outcome.kind is OutcomeKind.TRANSIENT or gone
+    retryable = outcome.kind is OutcomeKind.FAILED or gone
     if not retryable:
         return outcome
     all_gone = job.all_gone and gone
@@ -58,7 +58,7 @@ def next_step(
         return Outcome(OutcomeKind.DEAD)
     delay = max(backoff(job.attempt, base_seconds), outcome.delay_seconds or 0.0)
     if job.attempt >= max_attempts or age_seconds + delay > window_seconds:
-        return Outcome(OutcomeKind.TRANSIENT)
+        return Outcome(OutcomeKind.FAILED)
     return Retry(job._replace(attempt=job.attempt + 1, all_gone=all_gone), delay)
 
 

@@ -30,6 +30,9 @@ class ApnsExtras:
 
     push_type: str | None = None  # apns-push-type; default: the push's kind
     apns_topic: str | None = None  # apns-topic; default: the app's bundle id
+    # With no push_type: False sends no apns-push-type header at all (a Matrix app configured
+    # without one, as Sygnal sends it) instead of the push's kind.
+    push_type_from_kind: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,13 @@ class FcmExtras:
     # The `apns` block for iOS apps on FCM (priority, push type, content-available); a source
     # that sends data-only messages, as Sygnal does, leaves it out.
     apns_block: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookExtras:
+    """How a webhook push is signed: the receiver's Standard Webhooks key."""
+
+    signing_key: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +77,12 @@ class Push(NamedTuple):
     expires_at: int | None = None  # Unix seconds; None: the channel's default
     # The same for every attempt at one push, so a receiver can drop repeats (webhook-id).
     message_id: str | None = None
-    signing_key: bytes | None = None  # webhook: the receiver's Standard Webhooks key
-    extras: ApnsExtras | FcmExtras | WebPushKeys | None = None
+    extras: ApnsExtras | FcmExtras | WebhookExtras | WebPushKeys | None = None  # the channel's own
 
 
 class OutcomeKind(enum.Enum):
     DELIVERED = "delivered"
-    TRANSIENT = "failed"  # retried while attempts remain
+    FAILED = "failed"  # a transient failure: retried while attempts remain
     DEAD = "dead"  # the token or webhook is gone: forget the address if unchanged
     MISMATCH = "mismatch"  # the token belongs to another app or sender
     REJECTED = "rejected"  # refused for good; not retried
@@ -85,6 +94,9 @@ class Outcome:
     kind: OutcomeKind
     # Wait at least this long before the next attempt (a provider's Retry-After).
     delay_seconds: float | None = None
+    # The provider's Retry-After as it gave it, where delay_seconds holds a longer wait of the
+    # channel's own (an FCM quota's pause): the Matrix gateway waits this, as Sygnal does.
+    retry_after: float | None = None
     # A channel-wide pause (an FCM project quota), not one message's problem.
     pause_channel: bool = False
     # DEAD only when every attempt said so (a webhook's 404/410): retry first.
@@ -95,13 +107,16 @@ class Outcome:
     replaceable: bool = True
     # The provider refused the credentials (not the push): the channel's key needs fixing.
     credentials_refused: bool = False
+    # What happened, in words for an operator (`send-test`): a status and its meaning, "connection
+    # refused"; constant text, never a URL, host, token or key. Empty when the kind says it all.
+    reason: str = ""
 
 
 DELIVERED = Outcome(OutcomeKind.DELIVERED)
 REJECTED = Outcome(OutcomeKind.REJECTED)
 MISMATCH = Outcome(OutcomeKind.MISMATCH)
 DEAD = Outcome(OutcomeKind.DEAD)
-TRANSIENT = Outcome(OutcomeKind.TRANSIENT)
+FAILED = Outcome(OutcomeKind.FAILED)
 
 
 def deferred(seconds: float, *, replaceable: bool) -> Outcome:

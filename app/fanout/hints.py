@@ -11,8 +11,9 @@ import hashlib
 from collections.abc import Callable
 from typing import NamedTuple
 
-from app.delivery.types import Priority, Push, PushKind
-from app.recipients.types import Channel, Target
+from app.core.channels import Channel
+from app.delivery.types import Priority, Push, PushKind, WebhookExtras
+from app.recipients.types import Target
 
 
 class Hint(NamedTuple):
@@ -63,7 +64,7 @@ def webhook_push(hint: Hint, target: Target) -> Push:
         None,
         None,
         webhook_id(hint),
-        target.signing_key,
+        WebhookExtras(target.signing_key) if target.signing_key else None,
     )
 
 

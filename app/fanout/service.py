@@ -23,20 +23,26 @@ from app.envelopes.eligibility import Audience, audience, is_own_message, not_pu
 from app.envelopes.types import Envelope
 from app.fanout.delivery_job import first_attempts
 from app.fanout.fanout_job import FanoutJob, encode_job
-from app.queue.base import ENVELOPES, WorkQueue
+from app.queue.base import ENVELOPES, WorkQueue, partition_of
 from app.recipients import repository as repo
 
 
 async def enqueue_envelopes(
     queue: WorkQueue, envelopes: Sequence[Envelope], clock: Callable[[], int] = time.time_ns
 ) -> int:
-    """Stamp arrival time and queue every envelope for fan-out, all or none; returns how many."""
+    """Stamp arrival time and queue every envelope for fan-out, each partition's all or none (a
+    caller told of a failure sends them again: the fan-out's claims drop the repeats); returns how
+    many."""
     received_ns = clock()
     # encode_job(e, r) == FanoutJob(replace(e, received_ns=r)).encode(), without copying each envelope.
-    jobs = [encode_job(envelope, received_ns) for envelope in envelopes]
-    await queue.add(ENVELOPES, jobs)
-    metrics.envelopes_total.labels("ingested").inc(len(jobs))
-    return len(jobs)
+    # Each in its topic's partition, where its delivery jobs and their retries will be too.
+    parts: dict[int, list[bytes]] = {}
+    for envelope in envelopes:
+        partition = partition_of(envelope.topic, queue.partitions)
+        parts.setdefault(partition, []).append(encode_job(envelope, received_ns))
+    await queue.add_each(ENVELOPES, parts)
+    metrics.envelopes_total.labels("ingested").inc(len(envelopes))
+    return len(envelopes)
 
 
 @dataclass(frozen=True, slots=True)

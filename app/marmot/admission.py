@@ -16,6 +16,8 @@ from typing import NamedTuple
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.queue.redis_link import RedisLink, client_of
+
 log = logging.getLogger("app.marmot")
 
 # Keys remembered per limiter: past this the least recently charged key is forgotten (its budget
@@ -108,7 +110,7 @@ class Dedup:
     """Whether a trigger's content was acted on recently: in this process's memory, and in Redis when
     one is configured, so that instances serving one key for availability push once."""
 
-    def __init__(self, seconds: float, redis: Redis | None = None) -> None:
+    def __init__(self, seconds: float, redis: Redis | RedisLink | None = None) -> None:
         self._memory = RecentDigests(seconds)
         self._redis = redis
         self._ttl_ms = max(1, int(seconds * 1000))
@@ -120,7 +122,8 @@ class Dedup:
         if self._redis is None:
             return True
         try:
-            stored = await self._redis.set(DEDUP_KEY_PREFIX + digest.hex(), b"1", nx=True, px=self._ttl_ms)
+            client = await client_of(self._redis)
+            stored = await client.set(DEDUP_KEY_PREFIX + digest.hex(), b"1", nx=True, px=self._ttl_ms)
         except (RedisError, OSError) as error:
             # A hint is advisory: with Redis away this instance still pushes (once, by its memory).
             self._log_redis(failing=True, error=error)

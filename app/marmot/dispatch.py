@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from app.core.channels import Channel
 from app.delivery.registry import ProviderRegistry
 from app.delivery.types import OutcomeKind, Priority, Push, PushKind
 from app.marmot.tokens import DeviceToken, Platform
@@ -16,20 +17,20 @@ from app.marmot.tokens import DeviceToken, Platform
 # at Android priority high (a normal one may wait for the device's maintenance window).
 APNS_BODY = b'{"aps":{"content-available":1}}'
 FCM_DATA = {"content_available": "true"}
-CHANNELS = {Platform.APNS: "apns", Platform.FCM: "fcm"}
+CHANNELS = {Platform.APNS: Channel.APNS, Platform.FCM: Channel.FCM}
 
 # What each provider outcome counts as in xmtp_push_marmot_tokens_total{outcome}.
 TOKEN_OUTCOMES = {
     OutcomeKind.DELIVERED: "delivered",
     OutcomeKind.DEAD: "dead",
     OutcomeKind.MISMATCH: "dead",  # a token of another app is as useless to this one
-    OutcomeKind.TRANSIENT: "failed",
+    OutcomeKind.FAILED: "failed",
     OutcomeKind.REJECTED: "failed",
     OutcomeKind.DEFERRED: "failed",
 }
 
 
-def channel_of(token: DeviceToken) -> str:
+def channel_of(token: DeviceToken) -> Channel:
     return CHANNELS[token.platform]
 
 

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from app.core import metrics
 from app.marmot.triggers import TriggerResult, count_trigger
@@ -28,21 +28,26 @@ log = logging.getLogger("app.marmot.pending")
 FULL_LOG_SECONDS = 60.0
 
 
-class TriggerSink(Protocol):
-    async def handle(self, event: dict[str, Any]) -> object: ...
+# What the buffer holds: a relay's event, or a wrap taken from the shared queue (app.marmot.wrap_queue).
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
 
 
-class PendingTriggers:
+class TriggerSink(Protocol[T_contra]):
+    async def handle(self, event: T_contra, /) -> object: ...
+
+
+class PendingTriggers(Generic[T]):
     """The buffer and its handlers; `offer` never waits."""
 
-    def __init__(self, sink: TriggerSink, handlers: int, budget: int) -> None:
+    def __init__(self, sink: TriggerSink[T], handlers: int, budget: int) -> None:
         self._sink, self._handlers, self._budget = sink, handlers, budget
-        self._queue: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue()  # (event, size)
+        self._queue: asyncio.Queue[tuple[T, int]] = asyncio.Queue()  # (event, size)
         self._bytes = 0  # the sizes of the triggers buffered
         self._refused = 0  # since the last log line
         self._logged_at = -FULL_LOG_SECONDS
 
-    def offer(self, event: dict[str, Any], size: int) -> bool:
+    def offer(self, event: T, size: int) -> bool:
         """Buffer a live trigger charged `size` bytes; False (counted, logged now and then) when the
         buffer has no room for it."""
         if self._bytes + size > self._budget:
@@ -98,7 +103,7 @@ class PendingTriggers:
             self._take(self._queue.get_nowait())
             self._queue.task_done()
 
-    def _take(self, entry: tuple[dict[str, Any], int]) -> dict[str, Any]:
+    def _take(self, entry: tuple[T, int]) -> T:
         """A trigger leaving the buffer: its bytes are free again."""
         event, size = entry
         self._bytes -= size

@@ -26,6 +26,18 @@ BACKDATE_SECONDS = 172_800
 AUTH_REQUIRED = "auth-required:"
 
 
+def event_of_frame(text: str) -> dict[str, Any] | None:
+    """The event of a relay's `["EVENT", subscription, event]` frame (as the shared wrap queue carries
+    it); None for anything else."""
+    try:
+        message = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(message, list) and len(message) == 3 and isinstance(message[2], dict):
+        return message[2]
+    return None
+
+
 def subscription_filter(pubkey_hex: str, now: int) -> dict[str, Any]:
     """Gift wraps to us from now on: `limit` 0 asks for no stored events (some relays send them anyway)."""
     return {"kinds": [GIFT_WRAP_KIND], "#p": [pubkey_hex], "since": now - BACKDATE_SECONDS, "limit": 0}

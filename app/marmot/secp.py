@@ -1,11 +1,17 @@
 """secp256k1 through coincurve (libsecp256k1): x-only keys, BIP-340 Schnorr, and ECDH that yields the
 raw shared X coordinate.
 
-Marmot's token layer and NIP-44 both need the unhashed X of the shared point, while coincurve's
-`PrivateKey.ecdh()` returns SHA-256 of the compressed point. libsecp256k1's `secp256k1_ecdh` takes a
-hash function; we pass one (a cffi callback on coincurve's own cffi module) that copies X through
-unchanged. That reaches into coincurve's internals, which is why the version is pinned in
-pyproject.toml and why this is the only module that touches them.
+Marmot's token layer and NIP-44 both need the unhashed X of the shared point. No public API gives it
+at this cost and in constant time: coincurve's `PrivateKey.ecdh()` returns SHA-256 of the compressed
+point, and takes no hash function; its `PublicKey.multiply()` gives the point, but libsecp256k1's
+tweak multiplication is variable-time in the scalar, here the server's long-term key (3 * P takes a
+seventh of the time of a full scalar); `cryptography`'s `ec.ECDH` exchange is constant-time and
+returns X, but OpenSSL's generic curve code makes it five times slower (about 370 us a call with the
+private key parsed once, against 70 us), which would take some 40 % off the Marmot server's rate. So
+`secp256k1_ecdh` is called with a hash function of ours (a cffi callback on coincurve's own cffi
+module) that copies X through unchanged. That reaches into coincurve's internals, which is why the
+version is pinned in pyproject.toml and why this is the only module that touches them; everything
+else here uses coincurve's public API, and the tests check the X against `cryptography`'s exchange.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ KEY_SIZE = 32
 SIGNATURE_SIZE = 64
 _EVEN_Y = b"\x02"
 _ZERO = bytes(KEY_SIZE)
+_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141  # the group's order, n
 
 
 class CurveError(ValueError):
@@ -40,8 +47,8 @@ def _scalar(secret: bytes) -> bytes:
 
 
 def valid_secret(secret: bytes) -> bool:
-    """1 <= secret < n, as 32 big-endian bytes."""
-    return len(secret) == KEY_SIZE and bool(lib.secp256k1_ec_seckey_verify(GLOBAL_CONTEXT.ctx, secret))
+    """1 <= secret < n, as 32 big-endian bytes (the check coincurve's own key constructors make)."""
+    return len(secret) == KEY_SIZE and 0 < int.from_bytes(secret, "big") < _ORDER
 
 
 def fresh_secret() -> bytes:

@@ -22,9 +22,12 @@ import asyncio
 import enum
 import functools
 import hashlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from app.core import metrics
 from app.core.config import Settings
@@ -33,8 +36,12 @@ from app.marmot.admission import Dedup, RateLimiter, RecentDigests, Tier
 from app.marmot.cpu_turns import CpuTurns
 from app.marmot.dispatch import Dispatcher, channel_of
 from app.marmot.keys import ServerKey
+from app.marmot.relay_session import event_of_frame
+from app.marmot.shared_limits import SharedLimits
 from app.marmot.tokens import DeviceToken, TokenError, decrypt_token, token_bytes
 from app.marmot.unwrap import Refused, split_chunks, unwrap_trigger
+
+log = logging.getLogger("app.marmot")
 
 
 class TriggerResult(enum.Enum):
@@ -65,6 +72,7 @@ def count_trigger(result: TriggerResult) -> None:
 
 
 def _count_token(platform: str, outcome: str) -> None:
+    """`platform`: the token's channel, or "unknown" for a chunk that gave no token."""
     _token_counter(platform, outcome).inc()
 
 
@@ -124,7 +132,9 @@ class TriggerHandler:
         return content
 
     async def _send_chunks(self, content: bytes) -> None:
-        tokens = await self._cpu.run(functools.partial(self._tokens_of, content))
+        await self._send_all(await self._cpu.run(functools.partial(self._tokens_of, content)))
+
+    async def _send_all(self, tokens: list[DeviceToken]) -> None:
         if len(tokens) == 1:  # the common case: no task needed
             await self._send(tokens[0])
         else:
@@ -153,3 +163,112 @@ class TriggerHandler:
 
     async def _send(self, token: DeviceToken) -> None:
         _count_token(channel_of(token), await self._dispatcher.send(token))
+
+
+def _device_of(token: DeviceToken) -> bytes:
+    return bytes([token.platform]) + token_bytes(token.platform, token.token)
+
+
+class SharedTriggerHandler(TriggerHandler):
+    """The handler of a process sharing its key's gift wraps through Redis (app.marmot.wrap_queue),
+    with every other process serving the key. A wrap taken from the shared queue was claimed once and
+    charged to the global budget when it was queued; the duplicate memory and the chunk and device
+    tiers are in Redis (app.marmot.shared_limits), charged in the same order as `TriggerHandler`'s.
+    When Redis does not answer, this process's own limits and memory stand in (logged once)."""
+
+    def __init__(
+        self,
+        key: ServerKey,
+        providers: ProviderRegistry,
+        dedup: Dedup,
+        limits: Limits,
+        in_flight: int,
+        shared: SharedLimits,
+    ) -> None:
+        super().__init__(key, providers, dedup, limits, in_flight)
+        self._shared = shared
+        self._redis_failing = False
+
+    async def handle_frame(self, text: str, entry: str | None) -> TriggerResult:
+        """A relay's frame holding a gift wrap: taken from the shared queue (`entry` is its stream
+        entry), or come while Redis was away (None) and handled by this process alone."""
+        if entry is None:
+            event = event_of_frame(text)
+            if event is not None:
+                return await self.handle(event)
+            result = TriggerResult.INVALID
+        else:
+            result = await self._admit_shared(text, entry)
+        count_trigger(result)
+        return result
+
+    async def _admit_shared(self, text: str, entry: str) -> TriggerResult:
+        content = await self._cpu.run(functools.partial(self._open_frame, text))
+        if isinstance(content, TriggerResult):
+            return content
+        chunks = list(dict.fromkeys(split_chunks(content)))  # a chunk repeated is sent once
+        admitted = await self._first_time_then_chunks(content, chunks, entry)
+        if admitted is None:
+            return TriggerResult.DUPLICATE
+        tokens = await self._cpu.run(functools.partial(self._decrypt_admitted, chunks, admitted))
+        await self._send_all(await self._within_device_limits(tokens))
+        return TriggerResult.ACCEPTED
+
+    def _open_frame(self, text: str) -> bytes | TriggerResult:
+        event = event_of_frame(text)
+        if event is None:
+            return TriggerResult.INVALID
+        try:
+            return unwrap_trigger(event, self._key)
+        except Refused:
+            return TriggerResult.INVALID
+
+    async def _first_time_then_chunks(
+        self, content: bytes, chunks: list[bytes], entry: str
+    ) -> list[bool] | None:
+        try:
+            admitted = await self._shared.first_time_then_chunks(content, chunks, entry)
+        except (RedisError, OSError) as error:
+            self._note_redis(error)
+            if not await self._dedup.first_time(hashlib.sha256(content).digest()):
+                return None
+            return [self._chunks.charge(hashlib.sha256(chunk).digest()) for chunk in chunks]
+        self._note_redis(None)
+        return admitted
+
+    def _decrypt_admitted(self, chunks: list[bytes], admitted: list[bool]) -> list[DeviceToken]:
+        tokens = []
+        for chunk, within in zip(chunks, admitted, strict=True):
+            if not within:
+                _count_token("unknown", "rate_limited")
+                continue
+            try:
+                tokens.append(decrypt_token(self._key.secret, chunk))
+            except TokenError:
+                _count_token("unknown", "invalid")
+        return tokens
+
+    async def _within_device_limits(self, tokens: list[DeviceToken]) -> list[DeviceToken]:
+        devices = [_device_of(token) for token in tokens]
+        try:
+            within = await self._shared.charge_devices(devices)
+        except (RedisError, OSError) as error:
+            self._note_redis(error)
+            within = [self._devices.charge(hashlib.sha256(device).digest()) for device in devices]
+        else:
+            self._note_redis(None)
+        for token, ok in zip(tokens, within, strict=True):
+            if not ok:
+                _count_token(channel_of(token), "rate_limited")
+        return [token for token, ok in zip(tokens, within, strict=True) if ok]
+
+    def _note_redis(self, error: BaseException | None) -> None:
+        if (error is not None) == self._redis_failing:
+            return
+        self._redis_failing = error is not None
+        if error is not None:
+            log.warning(
+                "Marmot limits: Redis unavailable (%s); this process's own limits apply", type(error).__name__
+            )
+        else:
+            log.info("Marmot limits: Redis answers again; the shared limits apply")

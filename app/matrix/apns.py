@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from aioapns.common import PushType
 
+from app.core.channels import Channel
 from app.delivery.credentials import ApnsCredentials, load_apns, load_apns_certificate
 from app.delivery.types import ApnsExtras, OutcomeKind, Priority, Push, PushKind
 from app.matrix.apps import AppType, AppValues, MatrixApp, RejectDevice
@@ -45,7 +46,7 @@ def make_app(values: AppValues) -> MatrixApp:
     )
     credentials = _credentials(values)
     render = functools.partial(render_push, options)
-    return MatrixApp(values.app_id, "apns", "apns", credentials, render, REJECTING)
+    return MatrixApp(values.app_id, "apns", Channel.APNS, credentials, render, REJECTING)
 
 
 def _credentials(values: AppValues) -> ApnsCredentials:
@@ -108,8 +109,14 @@ def render_push(options: ApnsOptions, notification: Notification, device: Device
         payload=body,
         kind=PushKind.ALERT,
         priority=Priority.NORMAL if notification.prio == "low" else Priority.HIGH,
-        extras=ApnsExtras(push_type=options.push_type) if options.push_type else None,
+        extras=_extras(options.push_type),
     )
+
+
+@functools.cache  # one per push type, not one made per push
+def _extras(push_type: str | None) -> ApnsExtras:
+    # No push_type configured: no apns-push-type header at all, as Sygnal sends it.
+    return ApnsExtras(push_type=push_type, push_type_from_kind=False)
 
 
 def device_token(pushkey: str) -> str:

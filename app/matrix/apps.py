@@ -13,14 +13,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.apps import AppName, AppSource
+from app.core.channels import Channel
 from app.core.config import ENV_PREFIX, SettingsError
-from app.delivery.registry import ChannelApp
+from app.delivery.registry import ChannelApp, ChannelCredentials
 from app.delivery.types import OutcomeKind, Push
 from app.delivery.url_policy import UrlPolicy
 from app.matrix.notification import Device, Notification
 
 DEFAULT_INFLIGHT_REQUEST_LIMIT = 512
-PROVIDER_APP_PREFIX = "matrix:"  # keeps the gateway's apps apart from the flat settings' "default"
 
 
 class RejectDevice(Exception):
@@ -37,16 +38,16 @@ Renderer = Callable[[Notification, Device], Push | None]
 class MatrixApp:
     app_id: str  # the configured key: an exact app id or a glob
     type: str  # apns | gcm | ...
-    channel: str  # the delivery channel whose provider sends for it
-    credentials: Any  # as that channel's provider takes them
+    channel: Channel  # the delivery channel whose provider sends for it
+    credentials: ChannelCredentials  # as that channel's provider takes them
     render: Renderer
     # Provider outcomes that mean the token is dead for good: its pushkey is rejected.
     rejecting: frozenset[OutcomeKind]
     inflight_request_limit: int = DEFAULT_INFLIGHT_REQUEST_LIMIT
 
     @property
-    def provider_app(self) -> str:
-        return PROVIDER_APP_PREFIX + self.app_id
+    def provider_app(self) -> AppName:
+        return AppName(AppSource.MATRIX, self.app_id)
 
     def channel_app(self) -> ChannelApp:
         return ChannelApp(self.channel, self.provider_app, self.credentials)

@@ -1,7 +1,7 @@
 """The gateway's config file (XMTP_PUSH_MATRIX_APPS): a whole `sygnal.yaml`, or one holding only `apps:`.
 
-Only `apps:` is read; any other top-level section (Sygnal's `http`, `log`, `metrics`, `proxy`...)
-is named in one warning and ignored. Each app is checked and its credentials loaded here, at
+Only `apps:` and `proxy:` (the egress proxy of the apps' connections, app.delivery.egress) are read;
+any other top-level section (Sygnal's `http`, `log`, `metrics`...) is named in one warning and ignored. Each app is checked and its credentials loaded here, at
 start-up: a missing or bad key stops start-up with a message naming the app and the key (never a
 secret's value); a key its type does not know is a warning naming it.
 """
@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from app.core.config import ENV_PREFIX, SettingsError
+from app.core.proxies import parse_proxy_url
 from app.delivery.url_policy import UrlPolicy
 from app.matrix import apns, gcm, webpush
 from app.matrix.apps import DEFAULT_INFLIGHT_REQUEST_LIMIT, AppTable, AppType, AppValues, MatrixApp
@@ -31,6 +32,7 @@ APP_TYPES: dict[str, AppType] = {
     "webpush": webpush.APP_TYPE,
 }
 COMMON_KEYS = frozenset({"type", "inflight_request_limit"})
+READ_SECTIONS = frozenset({"apps", "proxy"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class GatewayConfig:
     apps: AppTable
     # Said once at start-up (ignored sections, unknown keys); never a value.
     warnings: list[str] = field(default_factory=list)
+    # `proxy:`, as Sygnal reads it: the apps' connections go through it (HTTPS_PROXY otherwise).
+    proxy: str | None = field(default=None, repr=False)
 
 
 def load_gateway_config(path: str, url_policy: UrlPolicy | None = None) -> GatewayConfig:
@@ -46,14 +50,26 @@ def load_gateway_config(path: str, url_policy: UrlPolicy | None = None) -> Gatew
     addresses only."""
     document = _read(path)
     warnings: list[str] = []
-    ignored = sorted(str(key) for key in document if key != "apps")
+    ignored = sorted(str(key) for key in document if key not in READ_SECTIONS)
     if ignored:
-        warnings.append(f"{SETTING}: only the apps section is read; ignored: {', '.join(ignored)}")
+        warnings.append(
+            f"{SETTING}: only the apps and proxy sections are read; ignored: {', '.join(ignored)}"
+        )
     apps_section = document.get("apps")
     if not isinstance(apps_section, dict) or not apps_section:
         raise SettingsError(f"{SETTING}: the file has no apps: section (a mapping of app ids)")
     apps = [_app(str(app_id), values, warnings, url_policy) for app_id, values in apps_section.items()]
-    return GatewayConfig(AppTable(apps), warnings)
+    return GatewayConfig(AppTable(apps), warnings, _proxy(document.get("proxy")))
+
+
+def _proxy(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        parse_proxy_url(value if isinstance(value, str) else "")
+    except ValueError as error:
+        raise SettingsError(f"{SETTING}: proxy: {error}") from None
+    return str(value).strip()
 
 
 def _read(path: str) -> Mapping[Any, Any]:

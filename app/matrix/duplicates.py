@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from app.queue.redis_link import ClusterMode, RedisLink, client_of
+
 DUPLICATE_WINDOW_SECONDS = 600
 MEMORY_LIMIT = 250_000  # keys kept in a process at most (about 125 bytes each): past it the oldest go first
 REDIS_PREFIX = "xmtp-push:matrix:delivered:"
@@ -75,21 +77,21 @@ class ProcessMemory:
 
 
 class RedisMemory:
-    """In Redis, shared by every gateway process; a key expires with its window."""
+    """In Redis (a single one or a cluster: each call touches one key), shared by every gateway
+    process; a key expires with its window."""
 
     def __init__(self, redis: Any, window: int = DUPLICATE_WINDOW_SECONDS) -> None:
         self._redis, self._window = redis, window
 
     @classmethod
-    def from_url(cls, url: str) -> RedisMemory:
-        from redis.asyncio import Redis
-
-        return cls(Redis.from_url(url, socket_connect_timeout=REDIS_CALL_SECONDS))
+    def from_url(cls, url: str, cluster: ClusterMode = "auto", max_connections: int = 64) -> RedisMemory:
+        return cls(RedisLink(url, cluster, max_connections))
 
     async def delivered(self, key: bytes) -> bool:
         try:
             async with asyncio.timeout(REDIS_CALL_SECONDS):
-                return bool(await self._redis.exists(REDIS_PREFIX + key.hex()))
+                client = await client_of(self._redis)
+                return bool(await client.exists(REDIS_PREFIX + key.hex()))
         except Exception as error:  # Redis down or slow: send rather than fail the request
             log.warning("duplicate lookup skipped: Redis %s", type(error).__name__)
             return False
@@ -97,16 +99,17 @@ class RedisMemory:
     async def remember(self, key: bytes) -> None:
         try:
             async with asyncio.timeout(REDIS_CALL_SECONDS):
-                await self._redis.set(REDIS_PREFIX + key.hex(), b"1", ex=self._window)
+                client = await client_of(self._redis)
+                await client.set(REDIS_PREFIX + key.hex(), b"1", ex=self._window)
         except Exception as error:
             log.warning("delivery not remembered: Redis %s", type(error).__name__)
 
     async def ping(self) -> bool:
         try:
             async with asyncio.timeout(REDIS_CALL_SECONDS):
-                return bool(await self._redis.ping())
+                return bool(await (await client_of(self._redis)).ping())
         except Exception:
             return False
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await (self._redis.close() if isinstance(self._redis, RedisLink) else self._redis.aclose())

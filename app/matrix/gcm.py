@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.core.channels import Channel
 from app.delivery.credentials import FCM_ENDPOINT, FcmCredentials, load_fcm
 from app.delivery.types import FcmExtras, OutcomeKind, Priority, Push, PushKind
 from app.matrix.apps import AppType, AppValues, MatrixApp
@@ -48,7 +49,7 @@ def make_app(values: AppValues) -> MatrixApp:
     fcm_options: dict[str, Any] = values.get("fcm_options", dict, {})
     values.positive("max_connections", DEFAULT_MAX_CONNECTIONS)  # checked; HTTP/2 multiplexes
     render = functools.partial(render_push, FcmExtras(fcm_options=fcm_options or None, apns_block=False))
-    return MatrixApp(values.app_id, "gcm", "fcm", _credentials(values), render, REJECTING)
+    return MatrixApp(values.app_id, "gcm", Channel.FCM, _credentials(values), render, REJECTING)
 
 
 def _credentials(values: AppValues) -> FcmCredentials:

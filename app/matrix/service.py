@@ -2,7 +2,8 @@
 
 The devices of a request are sent concurrently, and the whole request is answered within the
 configured timeout: a transient failure is tried again only while the time left allows (its
-Retry-After, else a short backoff), otherwise the request is answered 502 and the homeserver's
+Retry-After, else a short backoff; an FCM quota answer as Sygnal tries it: its Retry-After, else
+60 s doubling, three tries in all), otherwise the request is answered 502 and the homeserver's
 own backoff takes over. Each app has its own provider (its own connections) and its own bound on
 devices in flight, so a hung or failing app fills only its own share and answers 502 at once past
 it, while other apps keep answering. A pushkey is rejected only for a fault that is permanent
@@ -32,6 +33,9 @@ from app.matrix.notification import Device, Notification
 MAX_PUSHKEY_BYTES = 512
 # Short waits between attempts when the provider gave no Retry-After.
 BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
+# A quota answer (the provider pauses its channel): tries in all, and the wait doubling from this
+# when it gives no Retry-After (Sygnal's; longer than any request's time, so 502 at once).
+QUOTA_TRIES, QUOTA_BASE_SECONDS = 3, 60.0
 # A retry is made only if this much time is left for it after its wait.
 MIN_ATTEMPT_SECONDS = 1.0
 # How late a request's deadline may be noticed (one sweep for every request, not a timer each).
@@ -144,8 +148,8 @@ class Gateway:
             outcome = await self._attempt(provider, push, deadline)
             if outcome is None or not _retried(outcome.kind):
                 return _result(app, outcome)
-            wait = outcome.delay_seconds or BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
-            if time.monotonic() + wait + MIN_ATTEMPT_SECONDS > deadline:
+            wait = _wait(outcome, attempt)
+            if wait is None or time.monotonic() + wait + MIN_ATTEMPT_SECONDS > deadline:
                 break
             await asyncio.sleep(wait)
         log.warning("matrix app %s: a push failed within the request's time", app.app_id)
@@ -174,7 +178,16 @@ def _render(app: MatrixApp, notification: Notification, device: Device) -> Push 
 
 def _retried(kind: OutcomeKind) -> bool:
     # Identity tests: an enum's hash is a Python-level call, once per device adds up.
-    return kind is OutcomeKind.TRANSIENT or kind is OutcomeKind.DEFERRED
+    return kind is OutcomeKind.FAILED or kind is OutcomeKind.DEFERRED
+
+
+def _wait(outcome: Outcome, attempt: int) -> float | None:
+    """Seconds before the attempt after `attempt` (0 the first), or None when none is made."""
+    if outcome.pause_channel:  # the channel's own pause (delay_seconds) is the queue's, not ours
+        if attempt + 1 >= QUOTA_TRIES:
+            return None
+        return outcome.retry_after if outcome.retry_after is not None else QUOTA_BASE_SECONDS * 2**attempt
+    return outcome.delay_seconds or BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
 
 
 def _result(app: MatrixApp, outcome: Outcome | None) -> DeviceResult:

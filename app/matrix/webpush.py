@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.channels import Channel
 from app.delivery.credentials import load_webpush
 from app.delivery.providers.webpush import WebPushConfig
 from app.delivery.types import OutcomeKind, Priority, Push, PushKind, WebPushKeys
@@ -64,7 +65,7 @@ def make_app(values: AppValues) -> MatrixApp:
     options = WebPushOptions(values.get("only_last_per_room", bool, False))
     config = WebPushConfig(credentials, values.url_policy)
     return MatrixApp(
-        values.app_id, "webpush", "webpush", config, functools.partial(render_push, options), REJECTING
+        values.app_id, "webpush", Channel.WEBPUSH, config, functools.partial(render_push, options), REJECTING
     )
 
 

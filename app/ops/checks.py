@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
+from redis.asyncio import Redis
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.channels import Channel
 from app.core.config import Settings, SettingsError
 from app.core.migrations import alembic_config
 from app.delivery.credentials import apns_credentials, fcm_credentials
@@ -20,6 +23,7 @@ from app.matrix.config import load_gateway_config
 from app.ops.failures import (
     CHECK_FAILED,
     DATABASE_NOT_MIGRATED,
+    DATABASE_READ_URL,
     DATABASE_UNREACHABLE,
     DATABASE_URL,
     INVALID_CONFIGURATION,
@@ -27,10 +31,12 @@ from app.ops.failures import (
     REDIS_URL,
     Failure,
     classify,
+    classify_replica,
 )
 from app.runtime import Runtime, open_runtime
 
 CHECK_SECONDS = 10.0
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,7 @@ def marmot_check(settings: Settings) -> Check:
         return Check("marmot", False, f"XMTP_PUSH_MARMOT_SECRET_KEY: {error}", INVALID_CONFIGURATION)
     channels = [
         name
-        for name, ready in (("apns", settings.apns_configured), ("fcm", settings.fcm_configured))
+        for name, ready in ((Channel.APNS, settings.apns_configured), (Channel.FCM, settings.fcm_configured))
         if ready
     ]
     pushes = f"pushes through {', '.join(channels)}" if channels else "pushes through no channel"
@@ -104,20 +110,25 @@ def marmot_check(settings: Settings) -> Check:
     return Check("marmot", True, detail)
 
 
-async def _bounded(name: str, probe: Awaitable[Check], unanswered: Failure) -> Check:
+async def _bounded(
+    name: str,
+    probe: Awaitable[Check],
+    unanswered: Failure,
+    classified: Callable[[BaseException], Failure | None] = classify,
+) -> Check:
     try:
         return await asyncio.wait_for(probe, CHECK_SECONDS)
     except TimeoutError:
         return Check(name, False, unanswered.message, unanswered.code)
     except Exception as error:
-        failure = classify(error)
+        failure = classified(error)
         if failure is None:
             return Check(name, False, f"failed ({type(error).__name__})", CHECK_FAILED)
         return Check(name, False, failure.message, failure.code)
 
 
 async def _database(runtime: Runtime) -> Check:
-    head = ScriptDirectory.from_config(alembic_config(runtime.settings.database_url)).get_current_head()
+    head = _head(runtime)
     async with runtime.engine.connect() as connection:
         current = await connection.run_sync(_current_revision)
     if current != head:
@@ -126,24 +137,70 @@ async def _database(runtime: Runtime) -> Check:
     return Check("database", True, f"reachable, schema at {head}")
 
 
+async def _replica(runtime: Runtime, replica: AsyncEngine) -> Check:
+    """The read replica: reachable, at the primary's schema (it replicates it), and whether it is
+    in recovery (a streaming replica) or a primary of its own."""
+    head = _head(runtime)
+    async with replica.connect() as connection:
+        current = await connection.run_sync(_current_revision)
+        in_recovery = (await connection.execute(text("SELECT pg_is_in_recovery()"))).scalar()
+    if current != head:
+        detail = f"{DATABASE_READ_URL}: schema at {current or 'none'}, expected {head}: is it a replica of {DATABASE_URL}?"
+        return Check("replica", False, detail, DATABASE_NOT_MIGRATED)
+    role = "in recovery (a replica)" if in_recovery else "not in recovery (a primary, not a replica)"
+    return Check("replica", True, f"reachable, {role}, schema at {head}")
+
+
+def _head(runtime: Runtime) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(runtime.settings.database_url)).get_current_head()
+
+
 def _current_revision(connection: Connection) -> str | None:
     logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)  # a check, not a migration
     return MigrationContext.configure(connection).get_current_revision()
 
 
-async def _redis(runtime: Runtime) -> Check:
-    if runtime.queue is not None and await runtime.queue.ping():
-        return Check("redis", True, "reachable")
-    return Check("redis", False, f"{REDIS_URL}: Redis is unreachable", REDIS_UNREACHABLE)
+async def _redis(url: str) -> Check:
+    # A client of its own, so that what the connection met (refused, credentials, ...) is told.
+    client = Redis.from_url(url, socket_connect_timeout=CHECK_SECONDS)
+    try:
+        await client.ping()
+    finally:
+        await client.aclose()
+    return Check("redis", True, "reachable")
+
+
+async def dependency_checks(runtime: Runtime, *, replica: bool = False) -> list[Check]:
+    """The database (answering, migrated), the read replica (`replica`: when configured; a serving
+    process tells it apart: workers/server.py) and Redis (when configured), each within CHECK_SECONDS."""
+    silent = f"no answer within {CHECK_SECONDS:.0f} s"
+    database = Failure(DATABASE_UNREACHABLE, f"{DATABASE_URL}: the database gave {silent}")
+    checks = [await _bounded("database", _database(runtime), database)]
+    if replica and runtime.replica is not None:
+        silent_replica = Failure(DATABASE_UNREACHABLE, f"{DATABASE_READ_URL}: the read replica gave {silent}")
+        checks.append(
+            await _bounded("replica", _replica(runtime, runtime.replica), silent_replica, classify_replica)
+        )
+    if runtime.settings.redis_url:
+        redis = Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis gave {silent}")
+        checks.append(await _bounded("redis", _redis(runtime.settings.redis_url), redis))
+    return checks
+
+
+async def check_dependencies_at_start(runtime: Runtime) -> None:
+    """A serving command's start-up: one line saying the database and Redis answer, or one for each
+    that does not. Serving goes on: the calls needing it answer UNAVAILABLE until it serves."""
+    checks = await dependency_checks(runtime)
+    for check in checks:
+        if not check.ok:
+            consequence = "serving anyway: what needs it answers UNAVAILABLE until it serves"
+            runtime.dependencies.down(check.name, check.exit_code, check.detail, consequence)
+    if answering := [f"{check.name} {check.detail}" for check in checks if check.ok]:
+        log.info("start-up check: %s", "; ".join(answering))
 
 
 async def run_checks(settings: Settings) -> list[Check]:
     checks = channel_checks(settings)
     async with open_runtime(settings, sends=False) as runtime:
-        silent = f"no answer within {CHECK_SECONDS:.0f} s"
-        database = Failure(DATABASE_UNREACHABLE, f"{DATABASE_URL}: the database gave {silent}")
-        checks.append(await _bounded("database", _database(runtime), database))
-        if settings.redis_url:
-            redis = Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis gave {silent}")
-            checks.append(await _bounded("redis", _redis(runtime), redis))
+        checks += await dependency_checks(runtime, replica=True)
     return checks

@@ -88,7 +88,8 @@ def run_send_test(settings: Settings, args: argparse.Namespace) -> int:
             except ChannelNotConfigured as error:
                 print(f"channel {error} is not configured here", file=sys.stderr)
                 return 1
-        print(f"{result.channel}: {result.outcome.kind.value} in {result.seconds * 1000:.0f} ms")
+        reason = f": {result.outcome.reason}" if result.outcome.reason else ""
+        print(f"{result.channel}: {result.outcome.kind.value} in {result.seconds * 1000:.0f} ms{reason}")
         return 0 if result.outcome.kind.value == "delivered" else 1
 
     return asyncio.run(run())
@@ -160,4 +161,4 @@ def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
     failed = [check for check in checks if not check.ok]
     usable = f"configuration is usable{f' ({len(warnings)} warning(s))' if warnings else ''}"
     print(f"{len(failed)} check(s) failed" if failed else usable)
-    return failed[0].exit_code if failed else 0  # the first failure's code (README, "Exit codes")
+    return failed[0].exit_code if failed else 0  # the first failure's code (docs/configuration.md)

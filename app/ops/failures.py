@@ -1,7 +1,7 @@
 """Expected operational failures of a command: one line naming the setting, and an exit code each.
 
 A command that meets one of these prints `xmtp-push: <SETTING>: <what is wrong>` and exits with its
-code (the README's Commands section lists them); anything else is a bug and keeps its traceback.
+code (docs/configuration.md, "Exit codes", lists them); anything else is a bug and keeps its traceback.
 The line never holds the setting's value: a database or Redis URL may carry a password.
 """
 
@@ -17,7 +17,9 @@ from sqlalchemy import exc as sa_exc
 
 from app.core.config import ENV_PREFIX
 from app.core.database import SqliteFolderMissing, is_unavailable
+from app.core.dependencies import DependencyLog
 from app.core.migrations import MigrationsNotFound
+from app.queue.base import PartitionCountMismatch
 
 CHECK_FAILED = 1  # `config check` found a problem it has no code for; `send-test` was not delivered
 INVALID_CONFIGURATION = 2  # a setting's value (a malformed URL included), or a usage error
@@ -30,11 +32,14 @@ REDIS_UNREACHABLE = 8
 MIGRATIONS_MISSING = 9
 
 DATABASE_URL = f"{ENV_PREFIX}DATABASE_URL"
+DATABASE_READ_URL = f"{ENV_PREFIX}DATABASE_READ_URL"
 REDIS_URL = f"{ENV_PREFIX}REDIS_URL"
-# PostgreSQL SQLSTATEs: no such database; no such role or a wrong password; no such table.
+# PostgreSQL SQLSTATEs: no such database; no such role or a wrong password; no such table; and
+# a database not accepting connections.
 _MISSING_DATABASE = "3D000"
 _CREDENTIALS = "28"
 _NO_TABLE = "42P01"
+_NOT_ACCEPTING = "55000"  # ALLOW_CONNECTIONS false (a failover, maintenance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,26 @@ class Failure:
     def line(self) -> str:
         return f"xmtp-push: {self.message}"
 
+    @property
+    def service(self) -> str:
+        """The service that fails: `redis` or `database`."""
+        return "redis" if self.code == REDIS_UNREACHABLE else "database"
+
+    def tell(self, dependencies: DependencyLog, consequence: str) -> None:
+        """Report this outage to the process's log of its dependencies (one line per change)."""
+        dependencies.down(self.service, self.code, self.message, consequence)
+
+
+# Redis cannot serve: refused, timed out, or a cluster failing over (a primary lost and its slots
+# not served until its replica takes over).
+REDIS_DOWN = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
 
 def classify(error: BaseException) -> Failure | None:
     """The expected failure `error` stands for, or None for a bug."""
@@ -52,15 +77,39 @@ def classify(error: BaseException) -> Failure | None:
     for link in chain:
         if isinstance(link, MigrationsNotFound):
             return Failure(MIGRATIONS_MISSING, str(link))
+        if isinstance(link, PartitionCountMismatch):  # its message names the setting
+            return Failure(INVALID_CONFIGURATION, str(link))
         if isinstance(link, SqliteFolderMissing):
             return _database(DATABASE_MISSING, "the SQLite file cannot be opened: its folder does not exist")
-        if isinstance(link, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        if isinstance(link, REDIS_DOWN):
             return Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis is unreachable ({_reason(chain)})")
     for link in chain:
         if isinstance(link, sa_exc.DBAPIError):
             return _database_failure(link, chain)
     if any(isinstance(link, OSError | TimeoutError) for link in chain):
         return _database(DATABASE_UNREACHABLE, f"the database is unreachable ({_reason(chain)})")
+    return None
+
+
+# The failures a running command rides out: the database or Redis cannot serve (yet).
+OUTAGES = frozenset(
+    {
+        DATABASE_UNREACHABLE,
+        DATABASE_MISSING,
+        DATABASE_CREDENTIALS_REFUSED,
+        DATABASE_NOT_MIGRATED,
+        REDIS_UNREACHABLE,
+    }
+)
+
+
+def outage(error: BaseException) -> Failure | None:
+    """The outage `error` stands for (which service, and what is wrong with it), or None for a bug."""
+    failure = classify(error)
+    if failure is not None and failure.code in OUTAGES:
+        return failure
+    if is_unavailable(error):  # a pool timeout, a connection invalidated mid-call
+        return _database(DATABASE_UNREACHABLE, f"the database is unavailable ({type(error).__name__})")
     return None
 
 
@@ -75,6 +124,8 @@ def _database_failure(error: sa_exc.DBAPIError, chain: list[BaseException]) -> F
         return _database(DATABASE_CREDENTIALS_REFUSED, "the database refused the user or its password")
     if state == _NO_TABLE or sqlite_message.startswith("no such table"):
         return _database(DATABASE_NOT_MIGRATED, "the database has no schema: run `xmtp-push migrate`")
+    if state == _NOT_ACCEPTING:
+        return _database(DATABASE_UNREACHABLE, "the database does not accept connections now")
     if is_unavailable(error):
         return _database(DATABASE_UNREACHABLE, f"the database is unreachable ({_reason(chain)})")
     return None
@@ -82,6 +133,22 @@ def _database_failure(error: sa_exc.DBAPIError, chain: list[BaseException]) -> F
 
 def _database(code: int, problem: str) -> Failure:
     return Failure(code, f"{DATABASE_URL}: {problem}")
+
+
+# What a replica's missing database or schema means: it does not replicate DATABASE_URL's.
+_NOT_A_REPLICA = {
+    DATABASE_MISSING: f"the read replica has no such database: is it a replica of {DATABASE_URL}?",
+    DATABASE_NOT_MIGRATED: f"the read replica has no schema: is it a replica of {DATABASE_URL}?",
+}
+
+
+def classify_replica(error: BaseException) -> Failure | None:
+    """As `classify`, for an error met on the read replica: the line names XMTP_PUSH_DATABASE_READ_URL."""
+    failure = classify(error)
+    if failure is None or not failure.message.startswith(f"{DATABASE_URL}: "):
+        return failure
+    problem = failure.message.removeprefix(f"{DATABASE_URL}: ").replace("the database", "the read replica")
+    return Failure(failure.code, f"{DATABASE_READ_URL}: {_NOT_A_REPLICA.get(failure.code, problem)}")
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:

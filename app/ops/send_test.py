@@ -6,12 +6,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.delivery.provider import DEFAULT_APP
+from app.core.apps import DEFAULT_APP
+from app.core.channels import Channel
 from app.delivery.registry import log_outcome
 from app.delivery.types import Outcome
 from app.fanout.hints import RENDERERS, Hint
 from app.recipients import repository
-from app.recipients.types import Channel, Target
+from app.recipients.types import Target, WireChannel
 from app.runtime import Runtime
 
 # A group-message topic no real group has: receivers can tell a test hint apart.
@@ -29,7 +30,7 @@ class ChannelNotConfigured(Exception):
 
 @dataclass(frozen=True, slots=True)
 class TestResult:
-    channel: str
+    channel: Channel
     outcome: Outcome
     seconds: float
 
@@ -43,15 +44,15 @@ async def send_test(
         recipient = await repository.get_recipient(session, recipient_id)
     if recipient is None:
         raise RecipientNotFound
-    channel = Channel(recipient.channel)
-    provider = runtime.providers.get(channel.label, DEFAULT_APP)
+    channel = WireChannel(recipient.channel).channel
+    provider = runtime.providers.get(channel, DEFAULT_APP)
     if provider is None:
-        raise ChannelNotConfigured(channel.label)
-    progress(f"sending a test hint over {channel.label}")
+        raise ChannelNotConfigured(channel)
+    progress(f"sending a test hint over {channel}")
     target = Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)
     push = RENDERERS[channel](Hint(topic, TEST_SEQUENCE_ID, recipient_id), target)
     started = time.perf_counter()
     outcome = await provider.send(push)
     seconds = time.perf_counter() - started
-    log_outcome(channel.label, outcome, seconds)
-    return TestResult(channel.label, outcome, seconds)
+    log_outcome(channel, outcome, seconds)
+    return TestResult(channel, outcome, seconds)

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from app.ops import repository
 from app.queue.activity import CREDENTIALS_REFUSED, SIGNALS, ListenerState, MinuteCount
 from app.queue.base import ENVELOPES, delivery_stream
-from app.recipients.types import Channel
+from app.recipients.types import WireChannel
 from app.runtime import Runtime
 
 HOUR = 3600
-CHANNELS = tuple(c for c in Channel if c is not Channel.UNSPECIFIED)
-CHANNEL_LABELS = tuple(c.label for c in CHANNELS)
+CHANNELS = tuple(c for c in WireChannel if c is not WireChannel.UNSPECIFIED)
+CHANNEL_LABELS = tuple(c.channel for c in CHANNELS)
 # Final outcomes that are not a delivery (suppressed is neither: nothing was sent).
 FAILURES = ("failed", "rejected", "mismatch", "dead")
 # A listener that has not reported for this long is shown as not reporting.
@@ -48,7 +48,7 @@ async def collect_stats(runtime: Runtime) -> Stats:
     listener = await runtime.activity.listener() if runtime.activity else None
     depths, retries = await _queue_depths(runtime)
     return Stats(
-        recipients={c.label: by_channel.get(int(c), 0) for c in CHANNELS},
+        recipients={c.channel: by_channel.get(int(c), 0) for c in CHANNELS},
         subscriptions=subscriptions,
         queue_depths=depths,
         retries_waiting=retries,
@@ -65,7 +65,7 @@ async def _queue_depths(runtime: Runtime) -> tuple[dict[str, int] | None, int | 
     queue = runtime.queue
     if queue is None:
         return None, None
-    streams = [ENVELOPES, *(delivery_stream(c.label) for c in CHANNELS)]
+    streams = [ENVELOPES, *(delivery_stream(c.channel) for c in CHANNELS)]
     return {stream: await queue.depth(stream) for stream in streams}, await queue.delayed_count()
 
 
@@ -73,14 +73,14 @@ def _refusals(series: list[MinuteCount]) -> dict[str, int]:
     refused: Counter[str] = Counter()
     for item in series:
         if item.outcome == CREDENTIALS_REFUSED:
-            refused[item.channel] += item.count
+            refused[item.subject] += item.count
     return dict(sorted(refused.items()))
 
 
 def _totals(minutes: list[MinuteCount]) -> dict[str, dict[str, int]]:
     totals: dict[str, Counter[str]] = {}
     for item in minutes:
-        totals.setdefault(item.channel, Counter())[item.outcome] += item.count
+        totals.setdefault(item.subject, Counter())[item.outcome] += item.count
     return {channel: dict(counts) for channel, counts in sorted(totals.items())}
 
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from redis.asyncio import Redis
+from app.queue.redis_link import RedisLink
 
 BUCKET_SECONDS = 60
 KEEP_SECONDS = 2 * 3600
 PREFIX = "xmtp-push:activity:"
 LISTENER_KEY = "xmtp-push:listener"
 
-Tally = Mapping[tuple[str, str], int]  # (channel, outcome) -> count
+Tally = Mapping[tuple[str, str], int]  # (subject, outcome) -> count; see MinuteCount
 # Besides outcomes, a tally may count these per channel: attempts made, their milliseconds in all,
 # and answers refusing the credentials; the backlog is sampled per queue as "backlog".
 ATTEMPTS, ATTEMPT_MS, CREDENTIALS_REFUSED, BACKLOG = (
@@ -34,7 +34,7 @@ SIGNALS = frozenset({ATTEMPTS, ATTEMPT_MS, CREDENTIALS_REFUSED, BACKLOG})
 @dataclass(frozen=True, slots=True)
 class MinuteCount:
     minute: int  # Unix seconds at the start of the minute
-    channel: str
+    subject: str  # a delivery channel, or for BACKLOG a queue's stream
     outcome: str
     count: int
 
@@ -89,9 +89,9 @@ class MemoryActivityLog:
 
     async def since(self, since: float, now: float) -> list[MinuteCount]:
         return [
-            MinuteCount(minute, channel, outcome, count)
+            MinuteCount(minute, subject, outcome, count)
             for minute in _minutes(since, now)
-            for (channel, outcome), count in sorted(self._buckets.get(minute, Counter()).items())
+            for (subject, outcome), count in sorted(self._buckets.get(minute, Counter()).items())
         ]
 
     async def set_listener(self, state: ListenerState) -> None:
@@ -102,52 +102,65 @@ class MemoryActivityLog:
 
 
 class RedisActivityLog:
-    def __init__(self, redis: Redis) -> None:
-        self._redis = redis
+    """In Redis (a single one or a cluster), through the process's link: a minute's counts are one
+    hash, so every command of a pipeline below touches one key."""
+
+    def __init__(self, link: RedisLink) -> None:
+        self._link = link
 
     async def record(self, tally: Tally, now: float) -> None:
         if not tally:
             return
         key = f"{PREFIX}{_minute(now)}"
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for (channel, outcome), count in tally.items():
-                pipe.hincrby(key, f"{channel}|{outcome}", count)
+
+        async def call(client: Any) -> None:
+            pipe = client.pipeline(transaction=False)
+            for (subject, outcome), count in tally.items():
+                pipe.hincrby(key, f"{subject}|{outcome}", count)
             pipe.expire(key, KEEP_SECONDS)
             await pipe.execute()
 
+        await self._link.run(call, retry=False)
+
     async def record_backlog(self, depths: Mapping[str, int], now: float) -> None:
         key = f"{PREFIX}{_minute(now)}"
-        async with self._redis.pipeline(transaction=False) as pipe:
+
+        async def call(client: Any) -> None:
+            pipe = client.pipeline(transaction=False)
             pipe.hset(key, mapping={f"{queue}|{BACKLOG}": depth for queue, depth in depths.items()})
             pipe.expire(key, KEEP_SECONDS)
             await pipe.execute()
 
+        await self._link.run(call, retry=False)
+
     async def since(self, since: float, now: float) -> list[MinuteCount]:
         minutes = list(_minutes(since, now))
-        async with self._redis.pipeline(transaction=False) as pipe:
+
+        async def call(client: Any) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
             for minute in minutes:
                 pipe.hgetall(f"{PREFIX}{minute}")
-            buckets = await pipe.execute()
+            return list(await pipe.execute())
+
+        buckets = await self._link.run(call, retry=False)
         counts = []
         for minute, bucket in zip(minutes, buckets, strict=True):
             for field, value in sorted(bucket.items()):
-                channel, _, outcome = _text(field).partition("|")
-                counts.append(MinuteCount(minute, channel, outcome, int(value)))
+                subject, _, outcome = _text(field).partition("|")
+                counts.append(MinuteCount(minute, subject, outcome, int(value)))
         return counts
 
     async def set_listener(self, state: ListenerState) -> None:
-        await self._redis.hset(
-            LISTENER_KEY,
-            mapping={
-                "lag": state.lag_seconds,
-                "updated": state.updated,
-                "state": LISTENER_STATES.index(state.state),
-                "lag_envelopes": state.lag_envelopes,
-            },
-        )
+        mapping = {
+            "lag": state.lag_seconds,
+            "updated": state.updated,
+            "state": LISTENER_STATES.index(state.state),
+            "lag_envelopes": state.lag_envelopes,
+        }
+        await self._link.run(lambda client: client.hset(LISTENER_KEY, mapping=mapping), retry=False)
 
     async def listener(self) -> ListenerState | None:
-        raw = await self._redis.hgetall(LISTENER_KEY)
+        raw = await self._link.run(lambda client: client.hgetall(LISTENER_KEY), retry=False)
         if not raw:
             return None
         values = {_text(k): float(v) for k, v in raw.items()}

@@ -6,25 +6,46 @@ period. `commit` acknowledges entries and adds their follow-up work (entries on
 other streams, delayed retries) in one atomic step, so a crash between the two
 can only repeat work, never lose it. Redis Streams implement it for
 deployments; an in-process version serves `xmtp-push dev` without Redis.
+
+Work is split into a fixed number of partitions. Every stream exists once per
+partition, and the follow-up work of an entry stays in the entry's partition:
+a commit touches one partition only, which is what lets Redis Cluster run it as
+one script (all its keys share the partition's hash tag). What must stay
+together chooses the partition: a topic, for its envelopes, their delivery jobs
+and their retries (coalesced by recipient and topic).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from app.core.channels import Channel
+
 ENVELOPES = "envelopes"
+MAX_PARTITIONS = 16384  # Redis Cluster's slot count: more partitions could not spread further
 
 
-def delivery_stream(channel: str) -> str:
+def delivery_stream(channel: Channel) -> str:
     return f"deliveries.{channel}"
+
+
+def partition_of(routing: bytes, partitions: int) -> int:
+    """The partition of the work routed by `routing` (a topic): stable across processes and versions."""
+    return zlib.crc32(routing) % partitions
+
+
+class PartitionCountMismatch(Exception):
+    """The queue in Redis was made with another partition count than this process's."""
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
     id: str
     payload: bytes
+    partition: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +61,13 @@ class Delayed:
 
 @dataclass(slots=True)
 class Commit:
-    """Follow-up work of handled entries, applied together with their acknowledgement."""
+    """Follow-up work of handled entries of one partition, applied together with their
+    acknowledgement; the additions and delays go to the same partition."""
 
     ack: list[str] = field(default_factory=list)
     add: dict[str, list[bytes]] = field(default_factory=dict)
     delay: list[Delayed] = field(default_factory=list)
+    partition: int = 0
 
     def add_to(self, stream: str, payload: bytes) -> None:
         self.add.setdefault(stream, []).append(payload)
@@ -53,24 +76,56 @@ class Commit:
         return bool(self.ack or self.add or self.delay)
 
 
-class WorkQueue(Protocol):
-    async def add(self, stream: str, payloads: Sequence[bytes]) -> None:
-        """Append entries, all or none."""
+@dataclass(slots=True)
+class Share:
+    """The partitions a worker reads. Every reader looks at `partitions` on each read, so whoever
+    decides a worker's share may change it while the worker runs."""
 
-    async def read(self, stream: str, consumer: str, count: int, block_seconds: float) -> list[Entry]:
-        """Up to `count` entries: reclaimed stale ones first, then new ones (waits up to block_seconds)."""
+    partitions: tuple[int, ...]
+
+    @classmethod
+    def everything(cls, count: int) -> Share:
+        return cls(tuple(range(count)))
+
+
+class WorkQueue(Protocol):
+    @property
+    def partitions(self) -> int:
+        """How many partitions the work is split into."""
+
+    async def add(self, stream: str, payloads: Sequence[bytes], partition: int = 0) -> None:
+        """Append entries to one partition's stream, all or none."""
+
+    async def add_each(self, stream: str, parts: Mapping[int, Sequence[bytes]]) -> None:
+        """Append entries to several partitions' streams: each partition's all or none."""
+
+    async def read(
+        self,
+        stream: str,
+        consumer: str,
+        count: int,
+        block_seconds: float,
+        partitions: Sequence[int] | None = None,
+    ) -> list[Entry]:
+        """Up to `count` entries of the given partitions (None: all): reclaimed stale ones first,
+        then new ones (waits up to block_seconds)."""
 
     async def commit(self, stream: str, commit: Commit) -> None:
         """Acknowledge `commit.ack` on `stream` and apply its additions and delays atomically."""
 
-    async def promote_due(self, now: float, limit: int) -> int:
+    async def commit_each(self, stream: str, commits: Sequence[Commit]) -> None:
+        """Several commits (of different partitions), each atomic, sent together."""
+
+    async def promote_due(self, now: float, limit: int, partitions: Sequence[int] | None = None) -> int:
         """Move delayed entries that are due onto their streams; returns how many."""
 
-    async def claim_once(self, claims: Sequence[tuple[str, str]], ttl_seconds: int) -> list[bool]:
+    async def claim_once(
+        self, claims: Sequence[tuple[str, str]], ttl_seconds: int, partition: int = 0
+    ) -> list[bool]:
         """Per (key, owner): True if the key was free (now held by owner) or is held by that owner."""
 
     async def depth(self, stream: str) -> int:
-        """Entries on the stream not yet acknowledged (waiting or in flight)."""
+        """Entries on the stream (all partitions) not yet acknowledged (waiting or in flight)."""
 
     async def oldest(self, stream: str) -> float | None:
         """When (Unix seconds) the stream's oldest entry not yet acknowledged was added; None if empty."""

@@ -4,300 +4,381 @@ Entries carry one field, `p`, the payload. Acknowledged entries are deleted,
 so a stream's length is its depth. Delayed retries wait in a sorted set scored
 by due time and are moved onto their stream by a script, atomically.
 
-Adds and commits are Lua scripts too: one command carrying every payload, run
-atomically by Redis, rather than a MULTI/EXEC pipeline of one XADD per entry
-(whose per-command client-side packing and reply parsing cost more than the
-work itself: a fan-out page of 1,000 jobs is one round trip and one reply).
+Every key of partition p carries the hash tag `{p<p>}` (`redis_calls.py`): `xmtp-push:{p7}:envelopes`,
+`xmtp-push:{p7}:deliveries.http`, `xmtp-push:{p7}:delayed`, `xmtp-push:{p7}:claim:<key>`,
+`xmtp-push:{p7}:delayed-key:<key>`. A script call only ever touches one partition's keys, so it
+runs on a single Redis and on a Redis Cluster alike (where the partitions spread over the
+primaries). `xmtp-push:partitions` records the count the queue was made with.
+
+Reading many partitions takes no blocking connection per partition: a read sends one
+non-blocking XREADGROUP per partition (in a script, `READ`) in one pipeline (on a cluster, one per node), and waits a
+moment when all are empty. What it takes beyond what the caller asked for stays, pending to this
+process, in a buffer per stream that the process's next reads of the stream take first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from app.queue.base import Commit, Entry
+from app.queue.base import Commit, Entry, PartitionCountMismatch
+from app.queue.doorbell import Doorbell
+from app.queue.redis_calls import (
+    ADD,
+    CLAIM,
+    GONE,
+    GROUP,
+    GROUP_NAME,
+    PREFIX,
+    commit_call,
+    delayed_key,
+    packed,
+    promote_call,
+    read_call,
+    stream_key,
+    tag,
+)
+from app.queue.redis_link import TRANSIENT, ClusterMode, RedisLink
+from app.queue.redis_scripts import Call, run_calls
 
-GROUP_NAME = "workers"
-GROUP = GROUP_NAME.encode()
 FIELD = b"p"
-PREFIX = "xmtp-push:"
-DELAYED_KEY = PREFIX + "delayed"
-CLAIM_PREFIX = PREFIX + "claim:"
-RETRY_KEY_PREFIX = PREFIX + "delayed-key:"
-# How long a delayed key's holder outlives its due time (it is promoted by then).
-KEY_GRACE_SECONDS = 600
-
-_PROMOTE = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-for _, member in ipairs(due) do
-  local sep = string.find(member, '\\n', 1, true)
-  redis.call('XADD', ARGV[3] .. string.sub(member, 1, sep - 1), '*', 'p', string.sub(member, sep + 1))
-  redis.call('ZREM', KEYS[1], member)
-end
-return #due
-"""
-# Many values travel as two arguments, their lengths ("12,15,...") and their bytes run together,
-# which `split` cuts apart: packing one argument per value cost the client more than Redis spends
-# on the commands. Binary-safe, as every payload may be any bytes.
-_SPLIT = """
-local function split(lengths, blob)
-  local parts, pos = {}, 1
-  for length in string.gmatch(lengths, '%d+') do
-    local next_pos = pos + tonumber(length)
-    parts[#parts + 1] = string.sub(blob, pos, next_pos - 1)
-    pos = next_pos
-  end
-  return parts
-end
-"""
-# Keys and owners travel packed, and the reply is one string of "1"/"0" flags. Claim keys are
-# built here from the prefix in ARGV[1].
-_CLAIM = (
-    _SPLIT
-    + """
-local keys = split(ARGV[3], ARGV[4])
-local owners = split(ARGV[5], ARGV[6])
-local ttl = tonumber(ARGV[2])
-local flags = {}
-for i, key in ipairs(keys) do
-  key = ARGV[1] .. key
-  local owner = owners[i]
-  if redis.call('SET', key, owner, 'NX', 'EX', ttl) or redis.call('GET', key) == owner then
-    flags[i] = '1'
-  else
-    flags[i] = '0'
-  end
-end
-return table.concat(flags)
-"""
-)
-
-# A stream's payloads travel packed.
-_ADD_ALL = (
-    _SPLIT
-    + """
-local function add_all(key, lengths, blob)
-  for _, payload in ipairs(split(lengths, blob)) do
-    redis.call('XADD', key, '*', 'p', payload)
-  end
-end
-"""
-)
-_ADD = _ADD_ALL + "add_all(KEYS[1], ARGV[1], ARGV[2])\nreturn 1\n"
-# A keyed delay replaces the one its key holds unless that one ranks higher (then it is dropped).
-# The key's holder is a string "rank\nmember" that expires once the delay is long due.
-_DELAY = """
-local function delay(set, score, member, key, rank, ttl)
-  if key ~= '' then
-    local held = redis.call('GET', key)
-    if held then
-      local sep = string.find(held, '\\n', 1, true)
-      if tonumber(string.sub(held, 1, sep - 1)) > rank then return end
-      redis.call('ZREM', set, string.sub(held, sep + 1))
-    end
-    redis.call('SET', key, rank .. '\\n' .. member, 'EX', ttl)
-  end
-  redis.call('ZADD', set, score, member)
-end
-"""
-# KEYS: the acknowledged stream, the delayed set, then every stream that gets additions.
-# ARGV: group; per addition stream its lengths and payloads; the delay count then (score,
-# member, key, rank, ttl) for each; the ack count then the ids. Order of effects: additions,
-# delays, then XACK and XDEL of the handled entries.
-_COMMIT = (
-    _ADD_ALL
-    + _DELAY
-    + """
-local a = 2
-for k = 3, #KEYS do
-  add_all(KEYS[k], ARGV[a], ARGV[a + 1]); a = a + 2
-end
-local delays = tonumber(ARGV[a]); a = a + 1
-for _ = 1, delays do
-  delay(KEYS[2], ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), ARGV[a + 4]); a = a + 5
-end
-local acks = tonumber(ARGV[a]); a = a + 1
-local done = 0
-while done < acks do
-  local ids = {}
-  for j = 1, math.min(1000, acks - done) do ids[j] = ARGV[a + done + j - 1] end
-  redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-  redis.call('XDEL', KEYS[1], unpack(ids))
-  done = done + #ids
-end
-return 1
-"""
-)
+PARTITIONS_KEY = PREFIX + "partitions"
+# A read that found every partition empty looks again after a pause that grows from the first to
+# the last figure while the stream stays empty (an idle worker sends a few pipelines a second, and a
+# hint on an idle stream waits at most the longest pause more than behind a blocking read). Work this
+# process adds (fan-out adding delivery jobs) ends the pause of its own readers at once.
+IDLE_POLL_SECONDS = (0.005, 0.2)
+PARTITIONS_SETTING = "XMTP_PUSH_QUEUE_PARTITIONS"
 
 
-def connect(url: str) -> Redis:
-    # RESP2 replies (lists of [id, fields]); the parsing below relies on that shape.
-    return Redis.from_url(
-        url, protocol=2, socket_timeout=30, socket_connect_timeout=10, health_check_interval=30
-    )
+@dataclass(slots=True)
+class _Feed:
+    """One stream's entries read by this process and not yet handed out, with when each was read."""
 
+    entries: deque[tuple[Entry, float]] = field(default_factory=deque)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    quiet_until: float = 0.0
+    pause: float = 0.0  # the last idle pause; 0 after a read that found entries
+    last_reclaim: float = 0.0
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
 
-def _as_sent(response: Any, **options: Any) -> Any:
-    return response
+    def found(self, anything: bool, now: float) -> None:
+        if anything:
+            self.pause = 0.0
+            return
+        first, longest = IDLE_POLL_SECONDS
+        self.pause = min(longest, max(first, self.pause * 2))
+        self.quiet_until = now + self.pause
+
+    def wake(self) -> None:
+        self.quiet_until = self.pause = 0.0
+        self.woken.set()
+
+    async def rest(self, seconds: float) -> None:
+        """Wait up to `seconds`; work this process adds to the stream ends the wait at once."""
+        self.woken.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.woken.wait(), seconds)
 
 
 class RedisQueue:
-    def __init__(self, redis: Redis, reclaim_seconds: float) -> None:
-        self._redis = redis
-        # Stream reads are taken as Redis sends them and parsed once by `_read_entries`, rather than
-        # first into a tuple and a dict per entry by the client's own reply callback.
-        redis.set_response_callback("XREADGROUP", _as_sent)
+    def __init__(self, link: RedisLink, reclaim_seconds: float, partitions: int) -> None:
+        self._link = link
+        self._reclaim_seconds = reclaim_seconds
         self._reclaim_ms = max(1, int(reclaim_seconds * 1000))
+        self._partitions = partitions
+        self._all = tuple(range(partitions))
         self._groups: set[str] = set()
-        self._last_reclaim: dict[str, float] = {}
-        self._promote = redis.register_script(_PROMOTE)
-        self._claim = redis.register_script(_CLAIM)
-        self._add = redis.register_script(_ADD)
-        self._commit = redis.register_script(_COMMIT)
+        self._feeds: dict[str, _Feed] = {}
+        self._doorbell = Doorbell(link, self._wake)
 
     @classmethod
-    def from_url(cls, url: str, reclaim_seconds: float) -> RedisQueue:
-        return cls(connect(url), reclaim_seconds)
+    def from_url(
+        cls,
+        url: str,
+        reclaim_seconds: float,
+        partitions: int = 64,
+        cluster: ClusterMode = "auto",
+        max_connections: int = 64,
+    ) -> RedisQueue:
+        queue: RedisQueue
+        link = RedisLink(url, cluster, max_connections, on_connect=lambda c: queue._connected(c))
+        queue = cls(link, reclaim_seconds, partitions)
+        return queue
 
     @property
-    def redis(self) -> Redis:
-        return self._redis
+    def link(self) -> RedisLink:
+        return self._link
 
-    @staticmethod
-    def _key(stream: str) -> str:
-        return PREFIX + stream
+    @property
+    def partitions(self) -> int:
+        return self._partitions
 
-    async def _ensure_group(self, key: str) -> None:
-        if key in self._groups:
-            return
-        try:
-            # From the start, so entries added before any worker existed are read.
-            await self._redis.xgroup_create(key, GROUP, id="0", mkstream=True)
-        except ResponseError as error:
-            if "BUSYGROUP" not in str(error):
-                raise
-        self._groups.add(key)
+    async def start(self) -> None:
+        """Connect now, so that a partition count other than the queue's stops start-up; a Redis
+        that does not answer yet is left to the readiness probe."""
+        with contextlib.suppress(*TRANSIENT):
+            await self._link.client()
 
-    async def add(self, stream: str, payloads: Sequence[bytes]) -> None:
-        if payloads:
-            await self._add(keys=[self._key(stream)], args=_packed(payloads))
+    async def _connected(self, client: Any) -> None:
+        await self._check_partitions(client)
 
-    async def read(self, stream: str, consumer: str, count: int, block_seconds: float) -> list[Entry]:
-        key = self._key(stream)
-        await self._ensure_group(key)
-        try:
-            entries = await self._reclaim(key, consumer, count)
-            if len(entries) < count:
-                block = max(1, int(block_seconds * 1000)) if not entries else None
-                reply: Any = await self._redis.xreadgroup(
-                    GROUP_NAME, consumer, {key: ">"}, count=count - len(entries), block=block
-                )
-                entries.extend(_read_entries(reply[0][1]) if reply else [])
-        except ResponseError as error:
-            # The stream and its group vanished under us (a Redis restarted without its data, a deleted
-            # key): forget the group so the next read creates it again instead of failing forever.
-            if not str(error).startswith(("NOGROUP", "UNBLOCKED")):
-                raise
-            self._groups.discard(key)
-            return []
+    async def _check_partitions(self, client: Any) -> None:
+        await client.set(PARTITIONS_KEY, self._partitions, nx=True)
+        recorded = int(await client.get(PARTITIONS_KEY))
+        if recorded != self._partitions:
+            raise PartitionCountMismatch(
+                f"{PARTITIONS_SETTING}: the queue in Redis has {recorded} partitions, this process"
+                f" {self._partitions}; start it with {recorded}, or change the count only once the"
+                " queue is drained"
+            )
+
+    # ---- adding ----------------------------------------------------------------------------------
+
+    async def add(self, stream: str, payloads: Sequence[bytes], partition: int = 0) -> None:
+        await self.add_each(stream, {partition: payloads})
+
+    async def add_each(self, stream: str, parts: Mapping[int, Sequence[bytes]]) -> None:
+        calls = [
+            Call(ADD, [stream_key(stream, p)], packed(payloads)) for p, payloads in parts.items() if payloads
+        ]
+        if calls:
+            await self._link.run(lambda client: run_calls(client, calls))
+            await self._added({stream})
+
+    async def _added(self, streams: Collection[str]) -> None:
+        """Wake the readers of `streams`: this process's at once, the others' through the doorbell."""
+        self._wake(streams)
+        await self._doorbell.ring(streams)
+
+    def _wake(self, streams: Collection[str] | None) -> None:
+        """This process's readers of `streams` (None: of every stream) stop resting."""
+        for stream in self._feeds if streams is None else streams:
+            if (feed := self._feeds.get(stream)) is not None:
+                feed.wake()
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    async def read(
+        self,
+        stream: str,
+        consumer: str,
+        count: int,
+        block_seconds: float,
+        partitions: Sequence[int] | None = None,
+    ) -> list[Entry]:
+        feed = self._feeds.setdefault(stream, _Feed())
+        self._doorbell.listen()
+        parts = self._all if partitions is None else tuple(partitions)
+        deadline = time.monotonic() + block_seconds
+        while True:
+            if entries := self._take(feed, count):
+                return entries
+            async with feed.lock:
+                if not feed.entries and time.monotonic() >= feed.quiet_until:
+                    await self._fill(feed, stream, consumer, count, parts)
+            if feed.entries:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            await feed.rest(min(remaining, max(0.001, feed.quiet_until - time.monotonic())))
+
+    def _take(self, feed: _Feed, count: int) -> list[Entry]:
+        # An entry kept here for half the reclaim period may be reclaimed by another reader soon:
+        # it is left to them rather than handled twice.
+        stale = time.monotonic() - self._reclaim_seconds / 2
+        entries: list[Entry] = []
+        while feed.entries and len(entries) < count:
+            entry, read_at = feed.entries.popleft()
+            if read_at >= stale:
+                entries.append(entry)
         return entries
 
-    async def _reclaim(self, key: str, consumer: str, count: int) -> list[Entry]:
+    async def _fill(
+        self, feed: _Feed, stream: str, consumer: str, count: int, parts: tuple[int, ...]
+    ) -> None:
+        keys = [stream_key(stream, p) for p in parts]
+        entries = await self._link.run(lambda client: self._poll(client, feed, keys, parts, consumer, count))
+        now = time.monotonic()
+        feed.entries.extend((entry, now) for entry in entries)
+        feed.found(bool(entries), now)
+
+    async def _poll(
+        self, client: Any, feed: _Feed, keys: list[str], parts: tuple[int, ...], consumer: str, count: int
+    ) -> list[Entry]:
+        await self._ensure_groups(client, keys)
+        entries = await self._reclaim(client, feed, keys, parts, consumer, count)
+        replies = await run_calls(client, [read_call(key, consumer, count) for key in keys])
+        for key, partition, reply in zip(keys, parts, replies, strict=True):
+            if reply == GONE:  # a Redis restarted without its data, a deleted key: made again next read
+                self._groups.discard(key)
+            elif reply:
+                entries.extend(_read_entries(reply[0][1], partition))
+        return entries
+
+    def _gone(self, key: str, reply: Any) -> bool:
+        """Whether a reply is an error; the stream and its group vanished under us (a Redis restarted
+        without its data, a deleted key): forget the group so the next read creates it again."""
+        if not isinstance(reply, Exception):
+            return False
+        if isinstance(reply, ResponseError) and str(reply).startswith("NOGROUP"):
+            self._groups.discard(key)
+            return True
+        raise reply
+
+    async def _ensure_groups(self, client: Any, keys: list[str]) -> None:
+        missing = [key for key in keys if key not in self._groups]
+        if not missing:
+            return
+        pipe = client.pipeline(transaction=False)
+        for key in missing:
+            # From the start, so entries added before any worker existed are read.
+            pipe.execute_command("XGROUP", "CREATE", key, GROUP, "0", "MKSTREAM")
+        for key, reply in zip(missing, await pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                raise reply
+            self._groups.add(key)
+
+    async def _reclaim(
+        self, client: Any, feed: _Feed, keys: list[str], parts: tuple[int, ...], consumer: str, count: int
+    ) -> list[Entry]:
         # XAUTOCLAIM scans the pending list; a few times per reclaim period is enough.
         now = time.monotonic()
-        if now - self._last_reclaim.get(key, 0.0) < self._reclaim_ms / 4000:
+        if now - feed.last_reclaim < self._reclaim_ms / 4000:
             return []
-        self._last_reclaim[key] = now
-        reply = await self._redis.xautoclaim(key, GROUP, consumer, self._reclaim_ms, "0-0", count=count)
-        return _entries(reply[1])
+        feed.last_reclaim = now
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.xautoclaim(key, GROUP, consumer, self._reclaim_ms, "0-0", count=count)
+        entries: list[Entry] = []
+        for key, partition, reply in zip(keys, parts, await pipe.execute(raise_on_error=False), strict=True):
+            if not self._gone(key, reply):
+                entries.extend(_entries(reply[1], partition))
+        return entries
+
+    # ---- committing ------------------------------------------------------------------------------
 
     async def commit(self, stream: str, commit: Commit) -> None:
-        if not commit:
-            return
-        keys = [self._key(stream), DELAYED_KEY]
-        args: list[Any] = [GROUP]
-        for target, payloads in commit.add.items():
-            if payloads:
-                keys.append(self._key(target))
-                args.extend(_packed(payloads))
-        # One member per payload, the last due time winning, as ZADD with a mapping did.
-        delayed = {d.stream.encode() + b"\n" + d.payload: d for d in commit.delay}
-        args.append(len(delayed))
-        now = time.time()
-        for member, d in delayed.items():
-            key = RETRY_KEY_PREFIX + d.key if d.key else ""
-            args.extend(
-                (repr(float(d.due)), member, key, d.rank, int(max(0.0, d.due - now)) + KEY_GRACE_SECONDS)
+        await self.commit_each(stream, [commit])
+
+    async def commit_each(self, stream: str, commits: Sequence[Commit]) -> None:
+        calls = [commit_call(stream, commit) for commit in commits if commit]
+        if calls:
+            await self._link.run(lambda client: run_calls(client, calls))
+            await self._added(
+                {target for commit in commits for target, payloads in commit.add.items() if payloads}
             )
-        args.append(len(commit.ack))
-        args.extend(commit.ack)
-        await self._commit(keys=keys, args=args)
 
-    async def promote_due(self, now: float, limit: int) -> int:
-        return int(await self._promote(keys=[DELAYED_KEY], args=[now, limit, PREFIX]))
+    async def promote_due(self, now: float, limit: int, partitions: Sequence[int] | None = None) -> int:
+        parts = self._all if partitions is None else tuple(partitions)
+        moved, streams = await self._link.run(lambda client: self._promote(client, now, limit, parts))
+        await self._added(streams)
+        return moved
 
-    async def claim_once(self, claims: Sequence[tuple[str, str]], ttl_seconds: int) -> list[bool]:
+    async def _promote(
+        self, client: Any, now: float, limit: int, parts: tuple[int, ...]
+    ) -> tuple[int, set[str]]:
+        pipe = client.pipeline(transaction=False)
+        for p in parts:
+            pipe.zrangebyscore(delayed_key(p), "-inf", now, start=0, num=limit, withscores=True)
+        due = [
+            (score, p, member)
+            for p, members in zip(parts, await pipe.execute(), strict=True)
+            for member, score in members
+        ]
+        due.sort()
+        by_partition: dict[int, list[bytes]] = {}
+        for _, p, member in due[:limit]:
+            by_partition.setdefault(p, []).append(member)
+        calls = [promote_call(p, members) for p, members in by_partition.items()]
+        if not calls:
+            return 0, set()
+        moved = sum(int(moved) for moved in await run_calls(client, calls))
+        return moved, {_text(member.partition(b"\n")[0]) for _, _, member in due[:limit]}
+
+    async def claim_once(
+        self, claims: Sequence[tuple[str, str]], ttl_seconds: int, partition: int = 0
+    ) -> list[bool]:
         if not claims:
             return []
-        keys = _packed([key.encode() for key, _ in claims])
-        owners = _packed([owner.encode() for _, owner in claims])
-        reply = await self._claim(keys=[], args=[CLAIM_PREFIX, ttl_seconds, *keys, *owners])
+        keys = [f"{tag(partition)}claim:{key}" for key, _ in claims]
+        args = [ttl_seconds, *packed([owner.encode() for _, owner in claims])]
+        [reply] = await self._link.run(lambda client: run_calls(client, [Call(CLAIM, keys, args)]))
         return [flag == 49 for flag in reply]  # b"1"
 
+    # ---- looking -------------------------------------------------------------------------------
+
+    async def _each_partition(self, command: str, *args: Any, key: str = "") -> list[Any]:
+        """One command per partition's key (`key`: a stream name; empty: the delayed set), pipelined;
+        once, without retries: these only report."""
+
+        async def call(client: Any) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for p in self._all:
+                pipe.execute_command(command, stream_key(key, p) if key else delayed_key(p), *args)
+            return list(await pipe.execute())
+
+        return await self._link.run(call, retry=False)
+
     async def depth(self, stream: str) -> int:
-        return int(await self._redis.xlen(self._key(stream)))
+        return sum(int(n) for n in await self._each_partition("XLEN", key=stream))
 
     async def oldest(self, stream: str) -> float | None:
         # Acknowledged entries are deleted, so the first one left is the oldest waiting or in flight;
         # its id starts with the milliseconds at which it was added.
-        first = await self._redis.xrange(self._key(stream), count=1)
-        if not first:
-            return None
-        return int(_text(first[0][0] or b"0").partition("-")[0]) / 1000
+        firsts = await self._each_partition("XRANGE", "-", "+", "COUNT", 1, key=stream)
+        added = [int(_text(first[0][0]).partition("-")[0]) for first in firsts if first]
+        return min(added) / 1000 if added else None
 
     async def delayed_count(self) -> int:
-        return int(await self._redis.zcard(DELAYED_KEY))
+        return sum(int(n) for n in await self._each_partition("ZCARD"))
 
     async def retire_consumers(self, stream: str, idle_seconds: float, names: Sequence[str] = ()) -> int:
-        key = self._key(stream)
-        try:
-            consumers = await self._redis.xinfo_consumers(key, GROUP_NAME)
-        except ResponseError:  # no such stream or group yet
-            return 0
-        retired = 0
-        for consumer in consumers:
-            name = _text(consumer["name"])
-            idle = int(consumer["idle"]) / 1000
-            if consumer["pending"] == 0 and (name in names or idle > idle_seconds):
-                await self._redis.xgroup_delconsumer(key, GROUP_NAME, name)  # answers its pending: 0
-                retired += 1
-        return retired
+        keys = [stream_key(stream, p) for p in self._all]
+
+        async def call(client: Any) -> int:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.xinfo_consumers(key, GROUP_NAME)
+            retired = client.pipeline(transaction=False)
+            for key, consumers in zip(keys, await pipe.execute(raise_on_error=False), strict=True):
+                if isinstance(consumers, Exception):  # no such stream or group yet
+                    continue
+                for consumer in consumers:
+                    name = _text(consumer["name"])
+                    idle = int(consumer["idle"]) / 1000
+                    if consumer["pending"] == 0 and (name in names or idle > idle_seconds):
+                        retired.xgroup_delconsumer(key, GROUP_NAME, name)  # answers its pending: 0
+            return len(await retired.execute())
+
+        return await self._link.run(call, retry=False)
 
     async def ping(self) -> bool:
         try:
-            return bool(await self._redis.ping())
+            return bool(await self._link.run(lambda client: client.ping(), retry=False))
         except Exception:
             return False
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._doorbell.close()
+        await self._link.close()
 
 
-def _packed(payloads: Sequence[bytes]) -> list[bytes]:
-    """The two script arguments that carry a stream's payloads."""
-    return [b",".join(b"%d" % len(p) for p in payloads), b"".join(payloads)]
-
-
-def _read_entries(raw: Any) -> list[Entry]:
-    """XREADGROUP's entries as sent: [id, [field, value, ...]], the fields empty once deleted."""
+def _read_entries(raw: Any, partition: int) -> list[Entry]:
+    """XREADGROUP's entries as READ returns them: [id, [field, value, ...]]."""
     entries = []
     for entry_id, fields in raw:
         if fields:
-            entries.append(Entry(_text(entry_id), _payload_of(fields)))
+            payload = fields[FIELD] if isinstance(fields, dict) else _payload_of(fields)
+            entries.append(Entry(_text(entry_id), payload, partition))
     return entries
 
 
@@ -307,11 +388,11 @@ def _payload_of(fields: list[bytes]) -> bytes:
     return dict(zip(fields[::2], fields[1::2], strict=True))[FIELD]
 
 
-def _entries(raw: Any) -> list[Entry]:
+def _entries(raw: Any, partition: int) -> list[Entry]:
     entries = []
     for entry_id, fields in raw:
         if fields:  # an entry deleted while pending comes back without fields
-            entries.append(Entry(_text(entry_id), fields[FIELD]))
+            entries.append(Entry(_text(entry_id), fields[FIELD], partition))
     return entries
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -22,16 +23,17 @@ from app.recipients import repository as repo
 from app.recipients import validation
 from app.recipients.models import Recipient
 from app.recipients.types import (
-    Channel,
     Delivery,
     RecipientState,
     RegisterCommand,
     UnregisterCommand,
     UpdateSubscriptionsCommand,
+    WireChannel,
 )
 
 Clock = Callable[[], int]
 SWEEP_BATCH = 500
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +42,18 @@ class RecipientRules:
 
     ttl_ns: int
     max_push_topics: int
-    configured_channels: frozenset[Channel]
+    configured_channels: frozenset[WireChannel]
     url_policy: UrlPolicy
     clock: Clock = time.time_ns
+    # The unconfigured channels the operator has been told about: once each per process.
+    told_unconfigured: set[WireChannel] = field(default_factory=set, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RecipientRules:
         channels = {
-            Channel.APNS: settings.apns_configured,
-            Channel.FCM: settings.fcm_configured,
-            Channel.HTTP: settings.http_enabled,
+            WireChannel.APNS: settings.apns_configured,
+            WireChannel.FCM: settings.fcm_configured,
+            WireChannel.HTTP: settings.http_enabled,
         }
         return cls(
             ttl_ns=settings.recipient_ttl_seconds * 1_000_000_000,
@@ -59,18 +63,24 @@ class RecipientRules:
         )
 
 
-# What configures each channel, named when a Register asks for one that is not configured: the
-# message stays constant per channel (no request data) and tells the operator what to set.
+# What configures each channel. The caller's answer is the contract's constant message; which
+# settings a deployment lacks is the operator's business, said once per channel in the log.
 CONFIGURED_BY = {
-    Channel.APNS: "XMTP_PUSH_APNS_KEY, XMTP_PUSH_APNS_KEY_ID, XMTP_PUSH_APNS_TEAM_ID and XMTP_PUSH_APNS_BUNDLE_ID",
-    Channel.FCM: "XMTP_PUSH_FCM_SERVICE_ACCOUNT",
-    Channel.HTTP: "XMTP_PUSH_HTTP_ENABLED=true",
+    WireChannel.APNS: "XMTP_PUSH_APNS_KEY, XMTP_PUSH_APNS_KEY_ID, XMTP_PUSH_APNS_TEAM_ID and XMTP_PUSH_APNS_BUNDLE_ID",
+    WireChannel.FCM: "XMTP_PUSH_FCM_SERVICE_ACCOUNT",
+    WireChannel.HTTP: "XMTP_PUSH_HTTP_ENABLED=true",
 }
 
 
-def channel_not_configured(channel: Channel) -> DomainError:
-    message = f"{errors.CHANNEL_NOT_CONFIGURED}: {channel.label} needs {CONFIGURED_BY[channel]}"
-    return DomainError(Code.FAILED_PRECONDITION, message)
+def channel_not_configured(rules: RecipientRules, channel: WireChannel) -> DomainError:
+    if channel not in rules.told_unconfigured:
+        rules.told_unconfigured.add(channel)
+        log.warning(
+            "Register asked for channel %s, which is not configured: it needs %s",
+            channel.channel,
+            CONFIGURED_BY[channel],
+        )
+    return DomainError(Code.FAILED_PRECONDITION, errors.CHANNEL_NOT_CONFIGURED)
 
 
 def hash_secret(secret: bytes) -> bytes:
@@ -101,8 +111,8 @@ async def _admit_delivery(rules: RecipientRules, command: RegisterCommand) -> De
     """Checks 4 to 7 of a registration, in order."""
     delivery = command.delivery
     if delivery is not None and delivery.channel not in rules.configured_channels:
-        raise channel_not_configured(delivery.channel)
-    if delivery is not None and delivery.channel is Channel.HTTP:
+        raise channel_not_configured(rules, delivery.channel)
+    if delivery is not None and delivery.channel is WireChannel.HTTP:
         await _check_url(delivery.target, rules.url_policy)
         validation.check_signing_key(delivery)
     return validation.check_target_and_metadata(delivery, command.metadata)
@@ -134,7 +144,7 @@ async def update_subscriptions(
     await repo.renew(session, recipient.id, topic_count, now_ns)
     metrics.subscriptions_total.labels("added").inc(added)
     metrics.subscriptions_total.labels("removed").inc(removed)
-    return RecipientState(topic_count, Channel(recipient.channel), now_ns + rules.ttl_ns)
+    return RecipientState(topic_count, WireChannel(recipient.channel), now_ns + rules.ttl_ns)
 
 
 async def sweep_expired(session: AsyncSession, rules: RecipientRules) -> int:

@@ -6,9 +6,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from app.core.channels import Channel
 
-class Channel(enum.IntEnum):
-    """Delivery channel; the numbers are the wire enum's."""
+
+class WireChannel(enum.IntEnum):
+    """A recipient's delivery channel as the XMTP API numbers it (and the database stores it)."""
 
     UNSPECIFIED = 0
     APNS = 1
@@ -16,8 +18,12 @@ class Channel(enum.IntEnum):
     HTTP = 3
 
     @property
-    def label(self) -> str:
-        return self.name.lower()
+    def channel(self) -> Channel:
+        """The delivery channel (ValueError for UNSPECIFIED, which no stored recipient has)."""
+        return Channel(self.name.lower())
+
+
+DELIVERY_CHANNELS = {wire.value: wire.channel for wire in WireChannel if wire is not WireChannel.UNSPECIFIED}
 
 
 class Target(NamedTuple):
@@ -32,7 +38,7 @@ class Target(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    channel: Channel
+    channel: WireChannel
     target: str
     signing_key: bytes | None = None
 
@@ -71,5 +77,5 @@ class UpdateSubscriptionsCommand:
 @dataclass(frozen=True, slots=True)
 class RecipientState:
     topic_count: int
-    channel: Channel
+    channel: WireChannel
     expires_at_ns: int

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from app.core import errors
-from app.core.errors import Code, DomainError
+from app.core.errors import Code, DomainError, Violation
 from app.recipients.types import Delivery, SubscriptionSpec, UpdateSubscriptionsCommand
 
 ID_LENGTH = 32
 SECRET_LENGTH = 32
 SIGNING_KEY_MIN, SIGNING_KEY_MAX = 16, 64
+# The contract's message stays the constant; the allowed range travels beside it.
+SIGNING_KEY_RANGE = Violation("http.signing_key", f"must be {SIGNING_KEY_MIN} to {SIGNING_KEY_MAX} bytes")
 MAX_TARGET_CHARS = 2048
 MAX_METADATA_BYTES = 4096
 MAX_HMAC_KEYS = 3
@@ -30,7 +32,7 @@ def check_signing_key(delivery: Delivery) -> None:
     """Check 6: the webhook signing key length."""
     key = delivery.signing_key or b""
     if not SIGNING_KEY_MIN <= len(key) <= SIGNING_KEY_MAX:
-        raise DomainError(Code.INVALID_ARGUMENT, errors.SIGNING_KEY_LENGTH)
+        raise DomainError(Code.INVALID_ARGUMENT, errors.SIGNING_KEY_LENGTH, SIGNING_KEY_RANGE)
 
 
 def check_target_and_metadata(delivery: Delivery | None, metadata: bytes) -> Delivery:

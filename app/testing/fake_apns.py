@@ -23,7 +23,8 @@ hold a sequence of replies: the n-th request for one token gets the n-th (the la
 
 Like Apple, an answer other than 200 carries a JSON body `{"reason": "..."}`, and every answer echoes
 the request's `apns-id` header. Flow control is honoured both ways: an error body waits until the
-client's connection window has room for it.
+client's connection window has room for it. With `pad_length` set (1 to 255), every DATA frame it
+sends carries that much padding, which takes window like the body does (RFC 9113 section 6.1).
 """
 
 from __future__ import annotations
@@ -128,6 +129,14 @@ def make_tls_files(folder: Path) -> TlsFiles:
         key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return TlsFiles(str(ca_path), str(cert_path), str(key_path))
+
+
+def server_context(tls: TlsFiles) -> ssl.SSLContext:
+    """A TLS server context with the throw-away certificate (the HTTPS fakes share it)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    return context
 
 
 # --------------------------------------------------------------------------- scripts and records
@@ -316,11 +325,13 @@ class _Connection(asyncio.Protocol):
             self.blocked.pop(stream_id, None)  # the client gave up on this stream
 
     def _unblock(self) -> None:
+        pad_length = self.fake.pad_length or None
+        padding = 0 if pad_length is None else pad_length + 1  # the Pad Length field counts too
         for stream_id, body in list(self.blocked.items()):
             try:
-                if self.conn.local_flow_control_window(stream_id) < len(body):
+                if self.conn.local_flow_control_window(stream_id) < len(body) + padding:
                     continue
-                self.conn.send_data(stream_id, body, end_stream=True)
+                self.conn.send_data(stream_id, body, end_stream=True, pad_length=pad_length)
             except (StreamClosedError, ProtocolError):
                 pass
             del self.blocked[stream_id]
@@ -360,6 +371,7 @@ class FakeApns:
         self.scripts: dict[str, tuple[Reply, ...]] = {}
         self.expired_jwts: set[str] = set()
         self.answering = True
+        self.pad_length = 0  # padding on every DATA frame sent (0: none)
         self.hold_until = 0  # hold every answer until this many requests arrived
         self.held: list[tuple[_Connection, int, ApnsRequest, Reply]] = []
         self._seen: dict[str, int] = defaultdict(int)
@@ -413,6 +425,7 @@ class FakeApns:
         self.expired_jwts.clear()
         self._seen.clear()
         self.answering = True
+        self.pad_length = 0
         self.hold_until = 0
         self.held = []
         self.max_concurrent_streams = 1000
@@ -433,9 +446,7 @@ class FakeApns:
         return _Connection(self, self._connections)
 
     def _context(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.tls.cert_file, self.tls.key_file)
+        context = server_context(self.tls)
         if self.client_ca is not None:
             context.verify_mode = ssl.CERT_REQUIRED
             context.load_verify_locations(self.client_ca)

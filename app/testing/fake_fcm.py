@@ -8,7 +8,8 @@ It can also run as a separate process (`python -m app.testing.fake_fcm`, used by
 Routes:
 - `POST /token`: Google's OAuth token endpoint for a service account (point the account's `token_uri`
   here, see `app.testing.keys.service_account`); records the JWT assertion and answers
-  `{"access_token": "test-token", "expires_in": 3600, "token_type": "Bearer"}`.
+  `{"access_token": "test-token", "expires_in": 3600, "token_type": "Bearer"}` (another token once
+  `revoke_access_token()` was called; `token_delay` stalls the answer, `token_status` refuses).
 - `POST /v1/projects/<project>/messages:send`: records headers and the JSON body, and answers by the
   message token's *name*, the part before the first "." (`gone.3` answers like `gone`):
 
@@ -21,7 +22,11 @@ Routes:
 | `unavailable` / `internal` | 503 UNAVAILABLE / 500 INTERNAL |
 | `invalid` | 400 INVALID_ARGUMENT, FcmError INVALID_ARGUMENT |
 | `denied` | 403 PERMISSION_DENIED with no FCM error code |
+| `unauthenticated` | 401 UNAUTHENTICATED with no FCM error code, whatever the access token |
 | `slow` | answers 200 after 30 s |
+
+Whatever the name, a request bearing an access token `revoke_access_token()` revoked is answered 401
+UNAUTHENTICATED (no FcmError code), as Google answers a token revoked or expired early.
 
 Error bodies have FCM's real shape:
 `{"error":{"code":404,"message":"...","status":"NOT_FOUND","details":[{"@type":
@@ -43,6 +48,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app.testing.fake_apns import TlsFiles, server_context
 from app.testing.loop_thread import run_as_process, serve_in_thread
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
@@ -72,6 +78,7 @@ class Reply:
 
 
 OK = Reply(200)
+UNAUTHENTICATED = Reply(401, "UNAUTHENTICATED")
 DEFAULT_REPLIES: dict[str, tuple[Reply, ...]] = {
     "ok": (OK,),
     "gone": (Reply(404, "NOT_FOUND", "UNREGISTERED"),),
@@ -81,6 +88,7 @@ DEFAULT_REPLIES: dict[str, tuple[Reply, ...]] = {
     "internal": (Reply(500, "INTERNAL", "INTERNAL"),),
     "invalid": (Reply(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),),
     "denied": (Reply(403, "PERMISSION_DENIED"),),
+    "unauthenticated": (UNAUTHENTICATED,),
     "slow": (Reply(200, delay=30.0),),
 }
 
@@ -126,6 +134,9 @@ class FakeFcm:
     scripts: dict[str, tuple[Reply, ...]] = field(default_factory=dict)
     token_delay: float = 0.0
     token_status: int = 200
+    access_token: str = ACCESS_TOKEN  # what the token endpoint issues
+    revoked: set[str] = field(default_factory=set)
+    tls: TlsFiles | None = None  # HTTPS with the throw-away certificate (what a client must trust)
     _seen: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _held: list[asyncio.Future[None]] = field(default_factory=list)
     _loop: asyncio.AbstractEventLoop | None = None
@@ -136,6 +147,11 @@ class FakeFcm:
 
     def script(self, token_or_name: str, *replies: Reply) -> None:
         self.scripts[token_or_name] = replies
+
+    def revoke_access_token(self) -> None:
+        """Answer 401 to the access token issued so far, and issue another from now on."""
+        self.revoked.add(self.access_token)
+        self.access_token = f"{ACCESS_TOKEN}-{len(self.revoked) + 1}"
 
     def reply_for(self, token: str) -> Reply:
         replies = self.scripts.get(token) or self.scripts.get(token_name(token))
@@ -154,6 +170,8 @@ class FakeFcm:
         self._seen.clear()
         self.token_delay = 0.0
         self.token_status = 200
+        self.access_token = ACCESS_TOKEN
+        self.revoked.clear()
         self.release()
 
     def release(self) -> None:
@@ -173,11 +191,11 @@ class FakeFcm:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def token_uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}/token"
+        return f"{self.endpoint}/token"
 
     def requests_for(self, token: str) -> list[FcmRequest]:
         return [r for r in self.requests if r.token == token]
@@ -201,7 +219,8 @@ class FakeFcm:
             # google-auth retries "internal_failure" (after a sleep), not "invalid_grant".
             error = "internal_failure" if self.token_status >= 500 else "invalid_grant"
             return web.json_response({"error": error}, status=self.token_status)
-        return web.json_response({"access_token": ACCESS_TOKEN, "expires_in": 3600, "token_type": "Bearer"})
+        issued = {"access_token": self.access_token, "expires_in": 3600, "token_type": "Bearer"}
+        return web.json_response(issued)
 
     async def _send(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -219,7 +238,8 @@ class FakeFcm:
         self.count += 1
         self.last_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: comparable across processes on Linux
         number = self.count
-        reply = self.reply_for(token)
+        _, _, bearer = record.headers.get("authorization", "").partition(" ")
+        reply = UNAUTHENTICATED if bearer in self.revoked else self.reply_for(token)
         if reply.held:
             waiter = asyncio.get_running_loop().create_future()
             self._held.append(waiter)
@@ -249,7 +269,10 @@ class FakeFcm:
             app.add_routes(extra_routes)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=1024, reuse_address=True)
+        context = server_context(self.tls) if self.tls else None
+        site = web.TCPSite(
+            self._runner, "127.0.0.1", self.port, backlog=1024, reuse_address=True, ssl_context=context
+        )
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 

@@ -26,6 +26,7 @@ from py_vapid import Vapid02
 from py_vapid.jwt import decode as decode_jwt
 
 from app.delivery.types import WebPushKeys
+from app.testing.fake_apns import TlsFiles, server_context
 
 _ids = itertools.count(1)
 
@@ -69,8 +70,12 @@ class Subscription:
 class FakeWebPush:
     """Push endpoints on 127.0.0.1 that verify VAPID and decrypt every push."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        self.host = host
+    def __init__(
+        self, host: str = "127.0.0.1", *, tls: TlsFiles | None = None, name: str | None = None
+    ) -> None:
+        """`tls`: HTTPS with the throw-away certificate; `name`: the host its endpoints are given with
+        (one resolving to `host`, such as localhost)."""
+        self.host, self.tls, self.name = host, tls, name or host
         self.subscriptions: dict[str, Subscription] = {}
         self.failures: list[str] = []
         self._runner: web.AppRunner | None = None
@@ -78,7 +83,7 @@ class FakeWebPush:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.name}:{self.port}"
 
     def subscribe(self, statuses: Sequence[int] = (201,), **response_headers: str) -> Subscription:
         subscription = Subscription(
@@ -100,7 +105,8 @@ class FakeWebPush:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, 0).start()
+        context = server_context(self.tls) if self.tls else None
+        await web.TCPSite(self._runner, self.host, 0, ssl_context=context).start()
         self.port = int(self._runner.addresses[0][1])
         return self
 

@@ -107,8 +107,9 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def start(self) -> FakeXmtpd:
-        self._server = await self._serve_on(0)
+    async def start(self, port: int = 0) -> FakeXmtpd:
+        """Serve on `port` (0: one the OS picks)."""
+        self._server = await self._serve_on(port)
         return self
 
     async def stop(self) -> None:

@@ -21,6 +21,8 @@ from typing import Any
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
+from app.testing.fake_apns import TlsFiles, server_context
+
 _paths = itertools.count(1)
 
 
@@ -76,7 +78,9 @@ class Endpoint:
 class Receiver:
     """An aiohttp server on 127.0.0.1 that verifies every request with standardwebhooks."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: TlsFiles | None = None, name: str = "127.0.0.1") -> None:
+        """`tls`: HTTPS with the throw-away certificate; `name`: the host its URLs are given with."""
+        self.tls, self.name = tls, name
         self.endpoints: dict[str, Endpoint] = {}
         self.failures: list[str] = []  # requests that did not verify
         self.strays: list[str] = []  # requests to paths nobody registered
@@ -86,14 +90,15 @@ class Receiver:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.name}:{self.port}"
 
     async def start(self) -> Receiver:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        context = server_context(self.tls) if self.tls else None
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self

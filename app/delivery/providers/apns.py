@@ -25,17 +25,19 @@ from aioapns.connection import AuthorizationHeaderProvider
 from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExceeded
 
 from app.core import metrics
+from app.core.apps import DEFAULT_APP, AppName
+from app.core.channels import Channel
 from app.delivery.credentials import ApnsCredentials
 from app.delivery.deadlines import Deadlines
+from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.health import ProviderHealth
-from app.delivery.provider import DEFAULT_APP
 from app.delivery.providers.apns_connection import EndpointPool
 from app.delivery.types import (
     DEAD,
     DELIVERED,
+    FAILED,
     MISMATCH,
     REJECTED,
-    TRANSIENT,
     ApnsExtras,
     Outcome,
     Priority,
@@ -60,9 +62,9 @@ OUTCOMES: dict[tuple[str, str | None], Outcome] = {
     ("400", "BadDeviceToken"): MISMATCH,
     ("400", "DeviceTokenNotForTopic"): MISMATCH,
     ("400", "TopicDisallowed"): MISMATCH,  # the token's app may not be pushed with this apns-topic
-    ("429", None): TRANSIENT,
-    ("500", None): TRANSIENT,
-    ("503", None): TRANSIENT,
+    ("429", None): FAILED,
+    ("500", None): FAILED,
+    ("503", None): FAILED,
 }
 CONNECTION_ERRORS = (ConnectionClosed, ConnectionError, MaxAttemptsExceeded, OSError, ssl.SSLError)
 
@@ -103,7 +105,7 @@ class SharedToken(AuthorizationHeaderProvider):
 
 
 class ApnsProvider:
-    channel = "apns"
+    channel = Channel.APNS
 
     def __init__(
         self,
@@ -111,15 +113,17 @@ class ApnsProvider:
         timeout_seconds: float,
         max_connections: int = 4,
         *,
-        app: str = DEFAULT_APP,
+        app: AppName = DEFAULT_APP,
+        proxy: EgressProxy = DIRECT,
     ) -> None:
         self.app = app
         self._health = ProviderHealth(self.channel, app)
-        self._token_age = metrics.apns_token_age_seconds.labels(app)
+        self._token_age = metrics.apns_token_age_seconds.labels(app.label)
         self._token: SharedToken | None = None
         if credentials.cert_file is None:
             self._token = SharedToken(credentials.key_pem, credentials.key_id, credentials.team_id)
-        self._pool = EndpointPool(credentials, self._token, max_connections, self._health.connected)
+        tunnel = proxy.for_url(credentials.endpoint)
+        self._pool = EndpointPool(credentials, self._token, max_connections, self._health.connected, tunnel)
         self._deadlines = Deadlines(timeout_seconds)
         self._ids = RequestIds()
 
@@ -134,7 +138,7 @@ class ApnsProvider:
             token.renew(presented)
             status, reason = await self._attempt(apns_request(push, self._ids.next()))  # type: ignore[arg-type]
         if status is None:
-            return TRANSIENT
+            return FAILED
         if status == CREDENTIALS_REFUSED:
             self._health.refused()
             return replace(outcome_for(status, reason), credentials_refused=True)
@@ -191,7 +195,16 @@ def apns_request(push: Push, request_id: str) -> NotificationRequest | None:
         message=body,  # type: ignore[arg-type]  # sent as it is (see apns_connection)
         time_to_live=None if push.expires_at is None else max(0, push.expires_at - int(time.time())),
         priority=HIGH_PRIORITY if urgent else NORMAL_PRIORITY,
-        push_type=PushType(extras.push_type) if extras and extras.push_type else PUSH_TYPES[push.kind],
+        push_type=_push_type(push, extras),
         collapse_key=collapse_id,
         apns_topic=extras.apns_topic if extras else None,
     )
+
+
+def _push_type(push: Push, extras: ApnsExtras | None) -> PushType | None:
+    """The apns-push-type header's value; None leaves the header out of the request."""
+    if extras is not None and extras.push_type:
+        return PushType(extras.push_type)
+    if extras is not None and not extras.push_type_from_kind:
+        return None
+    return PUSH_TYPES[push.kind]

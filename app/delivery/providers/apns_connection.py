@@ -8,7 +8,9 @@ needs lives here:
   token provider instead (see SharedToken in the provider module);
 - its connection never gives back HTTP/2 flow-control credit for response
   bodies, so after 64 KiB of error bodies (about 1,300 410 answers) every
-  further error answer on that connection stalls; it keeps an entry per
+  further error answer on that connection stalls; the connection here gives
+  back each DATA frame's flow-controlled length, padding included (a peer that
+  pads would otherwise shrink the window until it stalls); it keeps an entry per
   delivered request for the connection's lifetime; and a request given up by
   our timeout stays in its tables, so its late answer raises inside
   data_received and tears the connection down with every request on it. The
@@ -22,6 +24,9 @@ needs lives here:
   low (see RequestEncoder): headers go to h2 as we write them (already
   lowercase, no connection headers, so h2's normalising and checking passes
   are skipped);
+- its own proxy support sends CONNECT with no Proxy-Authorization and reads the answer with no
+  bound; through an egress proxy the TLS connection is made here over a tunnel opened by
+  app.delivery.egress (its name still verified);
 - it writes to the socket, and re-arms its idle timer, at every request and every read; here the
   bytes h2 has to send go out once per event-loop iteration or every WRITE_BATCH requests, and one
   timer watches for idleness.
@@ -35,7 +40,7 @@ import ssl
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aioapns.common import NotificationRequest, NotificationResult
@@ -48,10 +53,16 @@ from aioapns.connection import (
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
+from h2.events import DataReceived, Event
 from h2.exceptions import H2Error
 from hpack import Encoder, HeaderTuple, NeverIndexedHeaderTuple
 
+from app.core.proxies import Proxy
 from app.delivery.credentials import ApnsCredentials
+from app.delivery.egress import open_tunnel
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc's from Python 3.12
 
 # What we send is built by us, and what APNs answers is read for :status and apns-id only.
 _H2_CONFIG = H2Configuration(
@@ -72,6 +83,15 @@ WRITE_BATCH = 8
 
 class _H2Connection(H2Connection):
     MAX_CLOSED_STREAMS = CLOSED_STREAMS_KEPT
+
+    def receive_data(self, data: Buffer) -> list[Event]:
+        """h2's events for `data`, each DATA frame's credit given back as it is read: its
+        flow-controlled length, which counts padding, not the length of the data it carries."""
+        events: list[Event] = super().receive_data(data)
+        for event in events:
+            if isinstance(event, DataReceived) and event.flow_controlled_length:
+                self.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        return events
 
 
 class RequestEncoder(Encoder):
@@ -191,10 +211,6 @@ class _Protocol(APNsTLSClientProtocol):
         self.inactivity_timer = None
         self.close()
 
-    def on_data_received(self, raw_data: bytes, stream_id: int) -> None:
-        self.conn.acknowledge_received_data(len(raw_data), stream_id)  # Apple sends no padding
-        super().on_data_received(raw_data, stream_id)
-
     def on_stream_ended(self, stream_id: int) -> None:
         self.request_streams.pop(stream_id, None)  # a 200 answer has no body to clear it
         super().on_stream_ended(stream_id)
@@ -245,7 +261,8 @@ class _Protocol(APNsTLSClientProtocol):
 
 class EndpointPool(APNsKeyConnectionPool):
     """aioapns's pool of connections to the configured endpoint, sharing one token provider (none
-    with certificate auth: the client certificate goes in the TLS context)."""
+    with certificate auth: the client certificate goes in the TLS context), directly or through
+    `proxy`."""
 
     def __init__(
         self,
@@ -253,8 +270,10 @@ class EndpointPool(APNsKeyConnectionPool):
         token: AuthorizationHeaderProvider | None,
         max_connections: int,
         on_connect: Callable[[], None] = lambda: None,
+        proxy: Proxy | None = None,
     ) -> None:
         parts = urlsplit(credentials.endpoint)
+        self._proxy = proxy
         context = None
         if credentials.ca_file or credentials.cert_file:
             context = ssl.create_default_context(cafile=credentials.ca_file)
@@ -280,6 +299,21 @@ class EndpointPool(APNsKeyConnectionPool):
     async def create_connection(self) -> APNsBaseClientProtocol:
         protocol: Any = self.protocol_class
         factory = partial(protocol, self.apns_topic, self.loop, self.discard_connection, self._token)
-        connection: APNsBaseClientProtocol = await self._create_connection(factory)
+        if self._proxy is None:
+            connection: APNsBaseClientProtocol = await self._create_connection(factory)
+        else:
+            connection = await self._create_tunnelled_connection(factory, self._proxy)
         self._on_connect()
         return connection
+
+    async def _create_tunnelled_connection(self, factory: Any, proxy: Proxy) -> Any:
+        host, port = self.protocol_class.APNS_SERVER, self.protocol_class.APNS_PORT
+        sock = await open_tunnel(proxy, host, port)
+        try:
+            _, protocol = await self.loop.create_connection(
+                factory, sock=sock, ssl=self.ssl_context, server_hostname=host
+            )
+        except BaseException:
+            sock.close()
+            raise
+        return protocol

@@ -7,10 +7,14 @@ bodies to exceptions. These things are adjusted, all in this module: the base
 URL (XMTP_PUSH_FCM_ENDPOINT), the library's own retries (off: retries go
 through our queue), the Android priority, written as the API's enum name, the
 OAuth scope (FCM's own, not the library's cloud-platform set), and the OAuth
-token fetch: google-auth makes it with a blocking call (120 s timeout, retries
-with sleeps) from inside the request, which would stall the event loop, and
-with it every channel of the worker; it is done here in a thread, bounded by
-our timeout, before the request needs it.
+token fetch: the library's httpx auth flow has google-auth fetch a token with
+a blocking call (120 s timeout, retries with sleeps) before a request whose
+token has expired and again after every 401, on the event loop, which would
+stall it, and with it every channel of the worker. Its flow is replaced by
+HeldToken, which only puts on the token we hold; the fetch is done here in a
+thread, bounded by our timeout, before the request needs it and after a 401.
+Both go through the egress proxy (app.delivery.egress) when one carries their
+host: the library has no option for it, so its HTTPS transport is given one.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 import firebase_admin
+import httpx
 from firebase_admin import credentials as firebase_credentials
 from firebase_admin import exceptions, messaging
 from firebase_admin._http_client import HttpxAsyncClient
@@ -34,14 +39,17 @@ from google.auth import exceptions as google_auth_exceptions
 from google.auth.transport import requests as google_auth_requests
 
 from app.core import metrics
+from app.core.apps import DEFAULT_APP, AppName
+from app.core.channels import Channel
+from app.core.proxies import Proxy
 from app.delivery.credentials import FcmCredentials
+from app.delivery.egress import DIRECT, EgressProxy, note_failure, tunnel_opened
 from app.delivery.health import ProviderHealth
-from app.delivery.provider import DEFAULT_APP
 from app.delivery.types import (
     DELIVERED,
+    FAILED,
     MISMATCH,
     REJECTED,
-    TRANSIENT,
     FcmExtras,
     Outcome,
     OutcomeKind,
@@ -58,13 +66,16 @@ EXCEPTION_OUTCOMES: tuple[tuple[type[Exception], Outcome], ...] = (
     (messaging.SenderIdMismatchError, MISMATCH),
 )
 CODE_OUTCOMES: dict[str, Outcome] = {
-    exceptions.UNAVAILABLE: TRANSIENT,
-    exceptions.INTERNAL: TRANSIENT,
-    exceptions.DEADLINE_EXCEEDED: TRANSIENT,
-    exceptions.UNKNOWN: TRANSIENT,  # transport errors with no response
+    exceptions.UNAVAILABLE: FAILED,
+    exceptions.INTERNAL: FAILED,
+    exceptions.DEADLINE_EXCEEDED: FAILED,
+    exceptions.UNKNOWN: FAILED,  # transport errors with no response
 }
 TRANSIENT_STATUSES = {500, 503}
-TOKEN_REFUSED = replace(TRANSIENT, credentials_refused=True)
+# A 403 refuses the push whatever its body names (a front end's answer, a code of another status):
+# never retried, as Sygnal.
+REFUSED_STATUS = 403
+TOKEN_REFUSED = replace(FAILED, credentials_refused=True)
 # Answers that refuse the project's credentials rather than the message: the access token or the
 # service account (401, 403), or the APNs credentials the project holds for iOS devices.
 CREDENTIAL_ERRORS: tuple[type[Exception], ...] = (
@@ -72,6 +83,10 @@ CREDENTIAL_ERRORS: tuple[type[Exception], ...] = (
     exceptions.PermissionDeniedError,
     messaging.ThirdPartyAuthError,
 )
+# A 401 answering the access token we hold, within its life (revoked, or the clock is off): the token
+# is dropped, another fetched off the event loop, and the push sent once more; a 401 to that one
+# refuses the credentials like the errors above, and a fetch that fails answers as a fetch failing.
+TOKEN_STALE_STATUS = 401
 
 
 ANDROID_PRIORITIES = {Priority.NORMAL: "normal", Priority.HIGH: "high"}
@@ -133,16 +148,23 @@ def _ttl(expires_at: int | None) -> int | None:
 
 def outcome_for_error(error: BaseException | None) -> Outcome:
     if isinstance(error, messaging.QuotaExceededError) or _status(error) == 429:
-        return Outcome(OutcomeKind.TRANSIENT, delay_seconds=_quota_delay(error), pause_channel=True)
+        return Outcome(
+            OutcomeKind.FAILED,
+            delay_seconds=_quota_delay(error),
+            pause_channel=True,
+            retry_after=_retry_after(error),
+        )
     for kind, outcome in EXCEPTION_OUTCOMES:
         if isinstance(error, kind):
             return outcome
+    if _status(error) == REFUSED_STATUS:
+        return REJECTED
     if _status(error) in TRANSIENT_STATUSES:
         delay = _retry_after(error)  # FCM may say when to come back from a 500/503
         return (
-            TRANSIENT
+            FAILED
             if delay is None
-            else Outcome(OutcomeKind.TRANSIENT, delay_seconds=min(delay, QUOTA_DELAY_MAX))
+            else Outcome(OutcomeKind.FAILED, delay_seconds=min(delay, QUOTA_DELAY_MAX))
         )
     code = getattr(error, "code", None)
     return CODE_OUTCOMES.get(code, REJECTED) if isinstance(code, str) else REJECTED
@@ -168,14 +190,41 @@ def _retry_after(error: BaseException | None) -> float | None:
         return None
 
 
+class HeldToken(httpx.Auth):
+    """Puts the access token we hold on a request and does nothing else: in the place of
+    firebase-admin's flow, which has google-auth fetch a token on the event loop."""
+
+    def __init__(self, credential: Any) -> None:
+        self._credential = credential
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        self._credential.apply(request.headers)
+        yield request
+
+
+def _sent_authorization(error: BaseException | None) -> str | None:
+    response = getattr(error, "http_response", None)
+    request = getattr(response, "request", None)
+    return request.headers.get("authorization") if isinstance(request, httpx.Request) else None
+
+
 class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[misc]
-    def __init__(self, app: firebase_admin.App, endpoint: str, timeout_seconds: float) -> None:
+    def __init__(
+        self, app: firebase_admin.App, endpoint: str, timeout_seconds: float, proxy: Proxy | None = None
+    ) -> None:
         super().__init__(app)
         self._credential: Any = self._credential.with_scopes([FCM_SCOPE])
         self._fcm_url = f"{endpoint}/v1/projects/{self._project_id}/messages:send"
         self._async_client = HttpxAsyncClient(
             credential=self._credential, timeout=timeout_seconds, retry_config=HttpxRetry(max_retries=0)
         )
+        self._async_client.async_client.auth = HeldToken(self._credential)
+        if proxy is not None:
+            # firebase-admin 7.7 (pinned) wraps httpx's transport in its retrying one, mounted for
+            # https://; the wrapped transport is swapped for one through the proxy.
+            via = httpx.Proxy(proxy.url, headers=proxy.headers)
+            tunnelled = httpx.AsyncHTTPTransport(retries=0, http2=True, proxy=via)
+            self._async_client._mounts["https://"]._wrapped_transport = tunnelled
 
     def _message_data(self, message: messaging.Message, dry_run: bool) -> dict[str, Any]:
         data: dict[str, Any] = super()._message_data(message, dry_run)
@@ -200,11 +249,21 @@ class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[mi
         return len(connections), sum(1 for connection in connections if not connection.is_idle())
 
 
+def _token_proxies(tunnel: Proxy | None) -> dict[str, str | None]:
+    """`requests` proxies for the token endpoint: ours, or none (None keeps the environment's out)."""
+    return {"https": tunnel.url_with_credentials if tunnel else None, "http": None}
+
+
 class FcmProvider:
-    channel = "fcm"
+    channel = Channel.FCM
 
     def __init__(
-        self, credentials: FcmCredentials, timeout_seconds: float, *, app: str = DEFAULT_APP
+        self,
+        credentials: FcmCredentials,
+        timeout_seconds: float,
+        *,
+        app: AppName = DEFAULT_APP,
+        proxy: EgressProxy = DIRECT,
     ) -> None:
         self.app = app
         account = credentials.service_account
@@ -217,56 +276,93 @@ class FcmProvider:
             self._app = firebase_admin.initialize_app(
                 certificate, {"projectId": credentials.project_id, "httpTimeout": timeout_seconds}, name=name
             )
-        self._service = _EndpointMessagingService(self._app, credentials.endpoint, timeout_seconds)
+        tunnel = self._tunnel = proxy.for_url(credentials.endpoint)
+        self._token_tunnel = proxy.for_url(str(account.get("token_uri", "")))
+        self._service = _EndpointMessagingService(self._app, credentials.endpoint, timeout_seconds, tunnel)
         self._timeout = timeout_seconds
-        # google-auth's HTTP transport, with our timeout in place of its 120 s default.
-        self._auth_request = functools.partial(google_auth_requests.Request(), timeout=timeout_seconds)
-        self._refreshing = asyncio.Lock()
+        # google-auth's HTTP transport, with our timeout in place of its 120 s default, and our
+        # choice of proxy in place of the environment's.
+        self._auth_request = functools.partial(
+            google_auth_requests.Request(),
+            timeout=timeout_seconds,
+            proxies=_token_proxies(self._token_tunnel),
+        )
+        self._fetch: asyncio.Future[None] | None = None
         self._health = ProviderHealth(self.channel, app, connects=False)  # httpx does not tell them
         self._refreshes = {
-            result: metrics.fcm_token_refreshes_total.labels(app, result) for result in ("ok", "failed")
+            result: metrics.fcm_token_refreshes_total.labels(app.label, result) for result in ("ok", "failed")
         }
 
     async def _ensure_access_token(self) -> None:
-        """Fetch the OAuth token off the event loop, once for all sends waiting on it."""
-        credential = self._service._credential
-        if credential.valid:
+        """Fetch the OAuth token off the event loop: one fetch for all sends needing it, each send
+        waiting for it at most our timeout."""
+        if self._service._credential.valid:
             return
-        async with self._refreshing:
-            if not credential.valid:
-                refresh = asyncio.to_thread(credential.refresh, self._auth_request)
-                try:
-                    await asyncio.wait_for(refresh, self._timeout)
-                except google_auth_exceptions.RefreshError:  # the token endpoint refused the account
-                    self._refreshes["failed"].inc()
-                    self._health.refused()
-                    raise
-                except Exception:  # unreachable, slow: no verdict on the credentials
-                    self._refreshes["failed"].inc()
-                    raise
-                self._refreshes["ok"].inc()
+        if self._fetch is None or self._fetch.done():
+            self._fetch = asyncio.ensure_future(self._fetched())
+            self._fetch.add_done_callback(lambda fetch: fetch.cancelled() or fetch.exception())
+        await asyncio.wait_for(asyncio.shield(self._fetch), self._timeout)
+
+    async def _fetched(self) -> None:
+        try:
+            await asyncio.to_thread(self._service._credential.refresh, self._auth_request)
+        except google_auth_exceptions.RefreshError:  # the token endpoint refused the account
+            self._refreshes["failed"].inc()
+            self._health.refused()
+            raise
+        except Exception as error:  # unreachable, slow: no verdict on the credentials
+            self._refreshes["failed"].inc()
+            if self._token_tunnel is not None:
+                note_failure(self._token_tunnel, error)
+            raise
+        self._refreshes["ok"].inc()
 
     async def send(self, push: Push) -> Outcome:
         message = fcm_message(push)
         if message is None:
             return REJECTED
+        outcome = await self._attempt(message, retry_stale=True)
+        if outcome is None:  # a 401 to the token we held: once more, with a fresh one
+            outcome = await self._attempt(message, retry_stale=False)
+        return FAILED if outcome is None else outcome
+
+    async def _attempt(self, message: messaging.Message, *, retry_stale: bool) -> Outcome | None:
+        """The outcome of one request, or None when FCM refused our token within its life and
+        `retry_stale` asks for another try."""
         try:
             await self._ensure_access_token()
         except google_auth_exceptions.RefreshError:  # the account refused: try again later, and tell
             return TOKEN_REFUSED
         except Exception:  # token endpoint down or slow: try again later
-            return TRANSIENT
+            return FAILED
         try:
             batch = await self._service.send_each_async([message], dry_run=False)
         except exceptions.FirebaseError as error:
             return self._judged(error)
-        except Exception:  # OAuth token endpoint or transport trouble: try again later
-            return TRANSIENT
+        except Exception:  # transport trouble: try again later
+            return FAILED
         response = batch.responses[0]
-        return self._judged(None if response.success else response.exception)
+        answer = None if response.success else response.exception
+        stale = self._dropped_stale_token(answer)
+        return None if stale and retry_stale else self._judged(answer)
+
+    def _dropped_stale_token(self, error: BaseException | None) -> bool:
+        """Whether FCM answered 401 to the token we hold; if so it is dropped, so that the next
+        request fetches another (not when another send already has: that one is not refused)."""
+        if _status(error) != TOKEN_STALE_STATUS:
+            return False
+        credential = self._service._credential
+        if credential.token is not None and _sent_authorization(error) == f"Bearer {credential.token}":
+            credential.token = None
+        return True
 
     def _judged(self, error: BaseException | None) -> Outcome:
-        """The outcome of an answer, noting whether it took the credentials."""
+        """The outcome of an answer, noting whether it took the credentials (and whether the
+        egress proxy carried it)."""
+        if self._tunnel is not None and error is not None:
+            note_failure(self._tunnel, error)
+        elif self._tunnel is not None:
+            tunnel_opened(self._tunnel)
         if isinstance(error, CREDENTIAL_ERRORS):
             self._health.refused()
             return replace(outcome_for_error(error), credentials_refused=True)
@@ -278,4 +374,6 @@ class FcmProvider:
         self._health.connections(*self._service.connection_counts())  # credentials: as answers come
 
     async def close(self) -> None:
+        if self._fetch is not None:
+            self._fetch.cancel()  # its thread ends on its own; a closed provider counts nothing more
         await self._service._async_client.aclose()

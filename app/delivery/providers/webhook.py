@@ -1,26 +1,42 @@
 """HTTPS webhook channel: Standard Webhooks signed pushes, posted with aiohttp.
 
 Before every attempt the URL policy is checked again and the connection is
-pinned to the addresses that passed it (app.delivery.pinned_http).
+pinned to the addresses that passed it (app.delivery.pinned_http), through
+XMTP_PUSH_WEBHOOK_PROXY when it is set (the environment's HTTPS_PROXY is for
+provider traffic, not receivers').
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import functools
 import hmac
 import logging
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 
 import aiohttp
 
 from app.core import metrics
+from app.core.apps import DEFAULT_APP, AppName
+from app.core.channels import Channel
 from app.delivery.deadlines import Deadlines
+from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.health import ProviderHealth
 from app.delivery.host_guard import HostGuard
-from app.delivery.pinned_http import TRANSIENT_ERRORS, connection_counts, pin, pinned_session, read_answer
-from app.delivery.provider import DEFAULT_APP
-from app.delivery.types import DELIVERED, REJECTED, TRANSIENT, Outcome, OutcomeKind, Push, deferred
+from app.delivery.pinned_http import TRANSIENT_ERRORS, PinnedSession, read_answer
+from app.delivery.types import (
+    DELIVERED,
+    FAILED,
+    REJECTED,
+    Outcome,
+    OutcomeKind,
+    Push,
+    WebhookExtras,
+    deferred,
+)
 from app.delivery.url_policy import (
     SharedLookups,
     UrlNotAllowed,
@@ -34,23 +50,75 @@ GONE = Outcome(OutcomeKind.DEAD, confirm_by_retry=True)
 STATUS_OUTCOMES: dict[int, Outcome] = {404: GONE, 410: GONE}
 RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
     (range(200, 300), DELIVERED),
-    (range(500, 600), TRANSIENT),
+    (range(500, 600), FAILED),
 )
 # A timeout or a failed connection: transient, and counted against the host by its breaker (a
 # host answering within the bound, whatever it answers, is reachable).
-UNREACHABLE = Outcome(OutcomeKind.TRANSIENT)
+UNREACHABLE = Outcome(OutcomeKind.FAILED, reason="no answer (the connection failed)")
+REFUSED = Outcome(OutcomeKind.FAILED, reason="connection refused")
+TIMED_OUT = Outcome(OutcomeKind.FAILED, reason="timed out: no answer within XMTP_PUSH_HTTP_TIMEOUT_SECONDS")
+CLOSED = Outcome(OutcomeKind.FAILED, reason="the receiver closed the connection without answering")
+TLS_FAILED = Outcome(OutcomeKind.FAILED, reason="the TLS handshake failed (is its certificate trusted?)")
 MAX_PER_HOST = 16
+# What a status the receiver answered means, by status, then by class (the first digit).
+STATUS_MEANINGS = {
+    400: "the receiver refused the push (does it verify with the signing key registered?)",
+    401: "the receiver refused the push's signature (is the signing key registered its key?)",
+    403: "the receiver refused the push's signature (is the signing key registered its key?)",
+    404: "the receiver says this webhook is gone",
+    410: "the receiver says this webhook is gone",
+}
+CLASS_MEANINGS = {
+    3: "redirects are not followed: register the final URL",
+    4: "the receiver refused the push",
+    5: "the receiver failed to take it (a transient failure: the pipeline retries it)",
+}
 
 log = logging.getLogger(__name__)
 
 
 def outcome_for_status(status: int) -> Outcome:
+    if 200 <= status < 300:
+        return DELIVERED
+    return _described(status)
+
+
+@functools.lru_cache(maxsize=1024)
+def _described(status: int) -> Outcome:
+    """A refusal's outcome with what the status means (one object per status, made once)."""
+    return dataclasses.replace(_outcome_of(status), reason=status_meaning(status))
+
+
+def _outcome_of(status: int) -> Outcome:
     if status in STATUS_OUTCOMES:
         return STATUS_OUTCOMES[status]
     for codes, outcome in RANGE_OUTCOMES:
         if status in codes:
             return outcome
     return REJECTED  # 3xx included: redirects are refused
+
+
+def status_meaning(status: int) -> str:
+    try:
+        name = f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        name = f"HTTP {status}"
+    meaning = STATUS_MEANINGS.get(status) or CLASS_MEANINGS.get(status // 100)
+    return f"{name}: {meaning}" if meaning else name
+
+
+def unanswered(error: BaseException) -> Outcome:
+    """What a post that got no answer met (all transient, and counted against the host)."""
+    if isinstance(error, aiohttp.ClientSSLError):
+        return TLS_FAILED
+    cause = getattr(error, "os_error", None) or error.__cause__ or error
+    if isinstance(cause, ConnectionRefusedError):
+        return REFUSED
+    if isinstance(error, TimeoutError | aiohttp.ServerTimeoutError):
+        return TIMED_OUT
+    if isinstance(error, aiohttp.ServerDisconnectedError | ConnectionResetError):
+        return CLOSED
+    return UNREACHABLE
 
 
 def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
@@ -74,10 +142,11 @@ class WebhookConfig:
 
     policy: UrlPolicy
     max_per_host: int = MAX_PER_HOST
+    proxy: EgressProxy = DIRECT  # XMTP_PUSH_WEBHOOK_PROXY
 
 
 class WebhookProvider:
-    channel = "http"
+    channel = Channel.HTTP
 
     def __init__(
         self,
@@ -86,7 +155,8 @@ class WebhookProvider:
         max_connections: int = 512,
         *,
         max_per_host: int = MAX_PER_HOST,
-        app: str = DEFAULT_APP,
+        app: AppName = DEFAULT_APP,
+        proxy: EgressProxy = DIRECT,
     ) -> None:
         self.app = app
         self._policy = policy
@@ -96,52 +166,57 @@ class WebhookProvider:
         self._deadlines = Deadlines(timeout_seconds)
         # Receivers' own keys sign nothing of ours: there are no credentials to judge.
         self._health = ProviderHealth(self.channel, app, credentials=False)
-        self._session = pinned_session(max_connections, self._health.connected)
+        self._session = PinnedSession(max_connections, self._health.connected, proxy)
 
     @classmethod
     def from_config(
-        cls, config: WebhookConfig, timeout_seconds: float, *, app: str = DEFAULT_APP
+        cls,
+        config: WebhookConfig,
+        timeout_seconds: float,
+        *,
+        app: AppName = DEFAULT_APP,
+        proxy: EgressProxy = DIRECT,
     ) -> WebhookProvider:
-        return cls(config.policy, timeout_seconds, max_per_host=config.max_per_host, app=app)
+        """`proxy` (the providers') is not the receivers': they follow the config's own."""
+        hosts = config.max_per_host
+        return cls(config.policy, timeout_seconds, max_per_host=hosts, app=app, proxy=config.proxy)
 
     async def send(self, push: Push) -> Outcome:
-        body, key, message_id = push.payload, push.signing_key, push.message_id
-        if not key or message_id is None or not isinstance(body, bytes):
+        body, extras, message_id = push.payload, push.extras, push.message_id
+        if not isinstance(extras, WebhookExtras) or message_id is None or not isinstance(body, bytes):
             return REJECTED
+        key = extras.signing_key
         try:
             checked = await check_webhook_url(push.address, self._policy, self._lookups)
         except UrlNotResolved:
-            return TRANSIENT
+            return FAILED
         except UrlNotAllowed:
             return REJECTED
         destination = checked.target.destination
         wait = self._hosts.admit(destination)
         if wait is not None:  # a parked host's pushes may be replaced while they wait; a busy one's not
             return deferred(wait, replaceable=self._hosts.is_parked(destination))
-        outcome, started = UNREACHABLE, time.monotonic()
-        pin(checked)
+        outcome, answered, started = UNREACHABLE, False, time.monotonic()
         headers = signed_headers(key, message_id, int(time.time()), body)
         # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
         try:
             with self._deadlines.bound():
-                async with self._session.post(
-                    push.address, data=body, headers=headers, allow_redirects=False
-                ) as response:
+                async with self._session.post(checked, body, headers) as response:
                     await read_answer(response)
-                    outcome = outcome_for_status(response.status)
-        except TRANSIENT_ERRORS:
-            outcome = UNREACHABLE
+                    outcome, answered = outcome_for_status(response.status), True
+        except TRANSIENT_ERRORS as error:
+            outcome = unanswered(error)
         except aiohttp.ClientError:
-            outcome = REJECTED
+            outcome, answered = REJECTED, True
         finally:
             took = time.monotonic() - started
-            if self._hosts.release(destination, unreachable=outcome is UNREACHABLE, seconds=took):
+            if self._hosts.release(destination, unreachable=not answered, seconds=took):
                 log.warning("a webhook host is parked after repeated timeouts or refused connections")
         return outcome
 
     def sample_gauges(self) -> None:
         metrics.webhook_parked_hosts.set(self._hosts.parked())
-        self._health.connections(*connection_counts(self._session))
+        self._health.connections(*self._session.counts())
 
     async def close(self) -> None:
         await self._session.close()

@@ -28,16 +28,18 @@ import aiohttp
 from py_vapid import VapidException
 from pywebpush import WebPusher, WebPushException
 
+from app.core.apps import DEFAULT_APP, AppName
+from app.core.channels import Channel
 from app.delivery.credentials import WebPushCredentials
 from app.delivery.deadlines import Deadlines
+from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.health import ProviderHealth
-from app.delivery.pinned_http import TRANSIENT_ERRORS, connection_counts, pin, pinned_session, read_answer
-from app.delivery.provider import DEFAULT_APP
+from app.delivery.pinned_http import TRANSIENT_ERRORS, PinnedSession, read_answer
 from app.delivery.types import (
     DEAD,
     DELIVERED,
+    FAILED,
     REJECTED,
-    TRANSIENT,
     Outcome,
     OutcomeKind,
     Priority,
@@ -58,9 +60,9 @@ from app.delivery.url_policy import (
 STATUS_OUTCOMES: dict[int, Outcome] = {404: DEAD, 410: DEAD}
 RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
     (range(200, 300), DELIVERED),
-    (range(500, 600), TRANSIENT),
+    (range(500, 600), FAILED),
 )
-RETRY_AFTER_STATUSES = frozenset({429, 503})  # TRANSIENT, after the service's Retry-After
+RETRY_AFTER_STATUSES = frozenset({429, 503})  # FAILED, after the service's Retry-After
 # A push service refusing the VAPID authorization (RFC 8292 section 4.1: 401 a token that does not
 # verify, 403 a key other than the subscription's); told as refused credentials when the service is
 # one the app lists (allowed_endpoints): anyone's endpoint could answer so.
@@ -94,7 +96,7 @@ class WebPushConfig:
 
 def outcome_for_status(status: int, retry_after: str | None = None) -> Outcome:
     if status in RETRY_AFTER_STATUSES:
-        return Outcome(OutcomeKind.TRANSIENT, delay_seconds=_retry_after_seconds(retry_after))
+        return Outcome(OutcomeKind.FAILED, delay_seconds=_retry_after_seconds(retry_after))
     if status in STATUS_OUTCOMES:
         return STATUS_OUTCOMES[status]
     for codes, outcome in RANGE_OUTCOMES:
@@ -181,9 +183,16 @@ class VapidTokens:
 
 
 class WebPushProvider:
-    channel = "webpush"
+    channel = Channel.WEBPUSH
 
-    def __init__(self, config: WebPushConfig, timeout_seconds: float, *, app: str = DEFAULT_APP) -> None:
+    def __init__(
+        self,
+        config: WebPushConfig,
+        timeout_seconds: float,
+        *,
+        app: AppName = DEFAULT_APP,
+        proxy: EgressProxy = DIRECT,
+    ) -> None:
         self.app = app
         self._credentials = config.credentials
         self._policy = config.policy
@@ -194,7 +203,7 @@ class WebPushProvider:
         # The VAPID key is loaded (load_webpush signed with it once): not known bad.
         self._health = ProviderHealth(self.channel, app)
         self._judges_key = bool(config.credentials.allowed_endpoints)
-        self._session = pinned_session(config.credentials.max_connections, self._health.connected)
+        self._session = PinnedSession(config.credentials.max_connections, self._health.connected, proxy)
 
     async def send(self, push: Push) -> Outcome:
         keys, payload = push.extras, push.payload
@@ -205,7 +214,7 @@ class WebPushProvider:
         try:
             checked = await check_webhook_url(push.address, self._policy, self._lookups)
         except UrlNotResolved:
-            return TRANSIENT
+            return FAILED
         except UrlNotAllowed:
             return REJECTED
         body = encrypt(payload, keys)
@@ -216,16 +225,13 @@ class WebPushProvider:
         except VapidException:
             self._health.refused()
             return KEY_REFUSED
-        pin(checked)
         try:
             with self._deadlines.bound():
-                async with self._session.post(
-                    push.address, data=body, headers=headers, allow_redirects=False
-                ) as response:
+                async with self._session.post(checked, body, headers) as response:
                     await read_answer(response)
                     outcome = outcome_for_status(response.status, response.headers.get("retry-after"))
         except TRANSIENT_ERRORS:
-            return TRANSIENT
+            return FAILED
         except aiohttp.ClientError:
             return REJECTED
         return self._judged(response.status, outcome) if self._judges_key else outcome
@@ -253,7 +259,7 @@ class WebPushProvider:
         return headers
 
     def sample_gauges(self) -> None:
-        self._health.connections(*connection_counts(self._session))
+        self._health.connections(*self._session.counts())
 
     async def close(self) -> None:
         await self._session.close()
