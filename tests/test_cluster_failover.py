@@ -17,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterDownError, RedisError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
 
 from app.ops.failures import REDIS_UNREACHABLE, outage
 from app.queue.base import ENVELOPES, delivery_stream, partition_of
@@ -32,7 +31,7 @@ from app.queue.redis_calls import GROUP, stream_key
 from app.testing.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import Pipeline, Stack, envelope, group_topic, running_pipeline, wait_until
-from tests.support.redis_cluster import ClusterUnderTest, killable_primary
+from tests.support.redis_cluster import SETTLE_SECONDS, ClusterUnderTest, HealthWatch, killable_primary
 
 cluster_postgresql_stack = pipeline_support.cluster_postgresql_stack
 
@@ -45,9 +44,9 @@ KILL_AFTER = 60  # answered requests before the kill
 RECEIVER_DELAY = 0.3  # each webhook request is held this long, so deliveries are in flight
 IN_FLIGHT = 5  # delivery entries the killed primary's partitions hold, read and not acknowledged
 RECLAIM_SECONDS = 2.0
-INGEST_SECONDS = 30  # an envelope refused (503) is accepted this long after the cluster serves again
+INGEST_SECONDS = 30  # an envelope refused (503) is accepted this long after the cluster is healthy again
 # A repeated hint was first sent within this window around the failover (seconds before the kill,
-# after the cluster serves the killed primary's slots again: the queue's client finds the new primary).
+# after the cluster last turned healthy: the queue's client finds the new primary).
 INTERRUPTED_BEFORE = 1.0
 SETTLED_AFTER = 2.0
 STREAMS = (ENVELOPES, delivery_stream("http"))
@@ -70,17 +69,6 @@ def split_topics(client: RedisCluster) -> tuple[str, list[bytes]]:
     return victim, [topic for pair in zip(*chosen, strict=True) for topic in pair]
 
 
-def serves_again(client: RedisCluster, key: str, killed: str) -> bool:
-    """Another node than the killed one holds `key`'s slot, in a cluster that answers again."""
-    try:
-        client.nodes_manager.initialize()
-        node = client.get_node_from_key(key)
-        info = client.execute_command("CLUSTER INFO", target_nodes=node)
-    except RedisError:
-        return False
-    return node.name != killed and info.get("cluster_state") == "ok"
-
-
 def pending_in(client: RedisCluster, partitions: set[int]) -> dict[str, int]:
     """Entries read and not acknowledged, per stream, in the given partitions."""
     counts: dict[str, int] = {}
@@ -94,11 +82,10 @@ def pending_in(client: RedisCluster, partitions: set[int]) -> dict[str, int]:
 
 
 async def ingest_until_accepted(
-    pipe: Pipeline, batch: list[dict[str, Any]], refusals: Counter[int], kill: dict[str, Any]
+    pipe: Pipeline, batch: list[dict[str, Any]], refusals: Counter[int], watch: HealthWatch
 ) -> None:
     """Ingest, sending again while the queue is unavailable (503), as the listener does: accepted
-    within INGEST_SECONDS of the first try, or of the cluster serving again after the kill (a slow
-    machine's failover takes longer, and `kill_mid_run` bounds that on its own)."""
+    within INGEST_SECONDS of the first try, or of the cluster turning healthy after the kill."""
     first = time.monotonic()
     while True:
         response = await pipe.ingest(batch)
@@ -107,8 +94,13 @@ async def ingest_until_accepted(
             return
         assert response.status_code == 503, response.text
         refusals[response.status_code] += 1
-        deadline = max(first, kill.get("recovered", math.inf)) + INGEST_SECONDS
-        assert time.monotonic() < deadline, f"ingest refused for {INGEST_SECONDS} s after the failover"
+        now = time.monotonic()
+        assert now < max(first, watch.healthy_since()) + INGEST_SECONDS, (
+            f"ingest refused for {INGEST_SECONDS} s of a healthy cluster (after the kill: {watch.story()})"
+        )
+        assert now < max(first, watch.started) + SETTLE_SECONDS, (
+            f"the cluster did not settle: {watch.story()}"
+        )
         await asyncio.sleep(0.1)
 
 
@@ -128,6 +120,7 @@ async def test_a_primary_killed_mid_run_once_its_replica_caught_up_loses_no_hint
     async with (
         killable_primary(redis_cluster, busy_key) as victim,
         running_pipeline(stack, **settings) as pipe,
+        HealthWatch(victim) as watch,
     ):
         assert victim.name == victim_name
 
@@ -148,9 +141,10 @@ async def test_a_primary_killed_mid_run_once_its_replica_caught_up_loses_no_hint
                 assert time.monotonic() < deadline, "the busy primary never held deliveries in flight"
                 await asyncio.sleep(0.005)
             victim.kill()
+            watch.start()
             kill.update(at=time.monotonic(), step=step_now, held=held, received=len(receiver.all_requests()))
-            await wait_until(
-                lambda: serves_again(client, busy_key, victim.name), 20, "the replica to take the slots over"
+            await watch.wait_until(
+                lambda: watch.healthy, SETTLE_SECONDS, "the replica to take the slots over"
             )
             kill["recovered"] = time.monotonic()
 
@@ -168,11 +162,11 @@ async def test_a_primary_killed_mid_run_once_its_replica_caught_up_loses_no_hint
                 # the killed one's wait for its replica.
                 ingests.append(
                     asyncio.create_task(
-                        ingest_until_accepted(pipe, [envelope(topic, sequence)], refusals, kill)
+                        ingest_until_accepted(pipe, [envelope(topic, sequence)], refusals, watch)
                     )
                 )
                 await asyncio.sleep(max(0.0, started + (step + 1) * STEP_SECONDS - time.monotonic()))
-            await asyncio.wait_for(killer, 20)
+            await killer
             await asyncio.gather(*ingests)
         finally:
             for task in (killer, *ingests):
@@ -184,7 +178,7 @@ async def test_a_primary_killed_mid_run_once_its_replica_caught_up_loses_no_hint
             pipe.check_workers()  # the workers ride the failover out: they never stop
             return {r.hint for r in receiver.all_requests() if r.answered}
 
-        await wait_until(
+        await watch.wait_until(
             lambda: expected <= received(),
             30,
             f"{len(expected)} hints ({len(expected - received())} missing)",
@@ -208,7 +202,8 @@ async def test_a_primary_killed_mid_run_once_its_replica_caught_up_loses_no_hint
             f" duplicates; killed after {kill['received']} requests at step {kill['step']} of {STEPS} with"
             f" {held[ENVELOPES]} envelope and {held[delivery_stream('http')]} delivery entries in flight on"
             f" it; the cluster served its slots again {kill['recovered'] - kill['at']:.1f} s after the kill;"
-            f" ingest refused {refusals[503]} times; all delivered {took_over:.1f} s after the kill"
+            f" ingest refused {refusals[503]} times; all delivered {took_over:.1f} s after the kill (cluster after"
+            f" the kill: {watch.story()})"
         )
         # Duplicates are bounded: only what the failover interrupted is sent again, once. A delivery
         # repeats when its acknowledgement could not be written: it was in flight on the killed
@@ -218,7 +213,7 @@ async def test_a_primary_killed_mid_run_once_its_replica_caught_up_loses_no_hint
         first: dict[tuple[bytes, int, bytes], float] = {}
         for r in answered:
             first.setdefault(r.hint, r.at)
-        window = (kill["at"] - INTERRUPTED_BEFORE, kill["recovered"] + SETTLED_AFTER)
+        window = (kill["at"] - INTERRUPTED_BEFORE, watch.healthy_since() + SETTLED_AFTER)
         repeated = [hint for hint, n in copies.items() if n > 1]
         outside = [h for h in repeated if not window[0] <= first[h] <= window[1]]
         assert not outside, f"{len(outside)} hints sent again that the failover did not interrupt"

@@ -10,16 +10,18 @@ so the tests after it find all six nodes.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from redis.cluster import ClusterNode, RedisCluster
 
 from tests.support import host_lock, took_host_lock
@@ -33,6 +35,8 @@ LOCK_SECONDS = 300
 ROOT = Path(__file__).resolve().parents[2]
 CATCH_UP_SECONDS = 5.0
 REJOIN_SECONDS = 30.0
+HEALTH_POLL_SECONDS = 0.1
+SETTLE_SECONDS = 150.0  # the longest a failover may keep the cluster unhealthy in a test
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,95 @@ async def killable_primary(cluster: ClusterUnderTest, key: str) -> AsyncIterator
     finally:
         if primary.killed:
             await primary.restart()
+
+
+class HealthWatch:
+    """The cluster's health as its live nodes tell it, polled from a kill on (`start`): healthy when
+    every node but the killed one answers `CLUSTER INFO` with `cluster_state:ok` and no longer gives
+    the killed node slots in `CLUSTER NODES`. Bounds on what a failover may cost count from the
+    cluster being healthy again, not from a fixed time after the kill: a loaded machine can stall the
+    nodes into further failovers, which cost a client as much as the first. Each change of what the
+    nodes say is kept with its time, for a failure's message."""
+
+    def __init__(self, primary: Primary) -> None:
+        self._primary = primary
+        self.started = math.inf
+        self.last_unhealthy = -math.inf
+        self.healthy = True
+        self._changes: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> HealthWatch:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def start(self) -> None:
+        """From now on (the kill), the cluster is unhealthy until its live nodes say otherwise."""
+        self.started = self.last_unhealthy = time.monotonic()
+        self.healthy = False
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    def healthy_since(self) -> float:
+        """When the cluster last turned healthy (-inf before the kill); now while it is not."""
+        return self.last_unhealthy if self.healthy else time.monotonic()
+
+    def story(self) -> str:
+        return "; ".join(self._changes) or "no change seen"
+
+    async def wait_until(self, predicate: Callable[[], bool], seconds: float, what: str) -> None:
+        """Poll until predicate() holds: fail once `seconds` have passed since this call and since
+        the cluster turned healthy, or SETTLE_SECONDS after the kill if it never does."""
+        called = time.monotonic()
+        while not predicate():
+            now = time.monotonic()
+            assert now < max(called, self.healthy_since()) + seconds, (
+                f"timed out after {seconds:.0f} s of a healthy cluster waiting for {what}"
+                f" (cluster after the kill: {self.story()})"
+            )
+            assert now < max(called, self.started) + SETTLE_SECONDS, (
+                f"the cluster did not settle within {SETTLE_SECONDS:.0f} s: {self.story()}"
+            )
+            await asyncio.sleep(0.01)
+
+    async def _watch(self) -> None:
+        ports = [port for port in self._primary.ports if port != self._primary.node.port]
+        nodes = [
+            aioredis.Redis(host="127.0.0.1", port=p, socket_timeout=1, socket_connect_timeout=1)
+            for p in ports
+        ]
+        try:
+            while True:
+                states = await asyncio.gather(*(_state_of(node, self._primary.name) for node in nodes))
+                self._saw(dict(zip(ports, states, strict=True)))
+                await asyncio.sleep(HEALTH_POLL_SECONDS)
+        finally:
+            await asyncio.gather(*(node.aclose() for node in nodes), return_exceptions=True)
+
+    def _saw(self, states: dict[int, str]) -> None:
+        now = time.monotonic()
+        self.healthy = all(state == "ok" for state in states.values())
+        if not self.healthy:
+            self.last_unhealthy = now
+        said = "ok" if self.healthy else str({port: state for port, state in states.items() if state != "ok"})
+        if not self._changes or not self._changes[-1].endswith(said):
+            self._changes.append(f"{now - self.started:.1f} s: {said}")
+
+
+async def _state_of(node: aioredis.Redis, killed: str) -> str:
+    """`ok` when the node sees a cluster in service without the killed node holding slots."""
+    try:
+        info = await node.execute_command("CLUSTER INFO")
+        known = await node.execute_command("CLUSTER NODES")
+    except redis.RedisError as error:
+        return type(error).__name__
+    state = str(info.get("cluster_state", "unknown"))
+    if state == "ok" and known.get(killed, {}).get("slots"):
+        return "killed node holds slots"
+    return state
 
 
 def cluster_url() -> str:
