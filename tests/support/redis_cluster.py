@@ -246,7 +246,7 @@ def cluster_url() -> str:
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[ClusterUnderTest]:
-    """The test cluster, held for this session (other runs on this host wait), flushed at the end."""
+    """The test cluster, held for this session (other runs on this host wait), flushed at both ends."""
     url = cluster_url()
     try:
         client = RedisCluster.from_url(url, socket_connect_timeout=2)
@@ -260,6 +260,7 @@ def redis_cluster() -> Iterator[ClusterUnderTest]:
                 raise AssertionError(f"another test run held the test Redis Cluster for {LOCK_SECONDS} s")
             time.sleep(0.2)
         cluster = ClusterUnderTest(url, client)
+        cluster.flush()  # what an earlier run left, if it was stopped before its end
         yield cluster
         cluster.flush()
     finally:
