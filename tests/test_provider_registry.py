@@ -151,3 +151,12 @@ def test_a_gateway_app_is_apart_from_a_settings_app_of_the_same_name_and_labelle
     settings_app, gateway_app = AppName(AppSource.SETTINGS, "default"), AppName(AppSource.MATRIX, "default")
     assert settings_app == DEFAULT_APP and gateway_app != DEFAULT_APP
     assert (settings_app.label, gateway_app.label) == ("default", "matrix:default")
+
+
+def test_an_app_whose_credentials_are_another_channels_is_refused_before_any_provider_is_built() -> None:
+    every = make_settings("sqlite+aiosqlite:///unused.db", http_enabled=True)
+    apns, fcm, _ = default_apps(every)
+    swapped = ChannelApp(Channel.FCM, AppName(AppSource.MATRIX, "swapped"), apns.credentials)
+    with pytest.raises(TypeError) as refused:
+        ProviderRegistry.build([apns, fcm, swapped], 5.0)
+    assert str(refused.value) == "the fcm channel takes FcmCredentials, not ApnsCredentials"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, Concatenate, Generic, NamedTuple, TypeVar
 
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
@@ -29,13 +30,30 @@ log = logging.getLogger("app.delivery")
 # One app's credentials, as its channel's provider takes them.
 ChannelCredentials = ApnsCredentials | FcmCredentials | WebhookConfig | WebPushConfig
 
-# channel -> how its provider is built from one app's credentials and the request bound.
-ProviderFactory = Callable[..., Provider]
-CHANNELS: dict[Channel, ProviderFactory] = {
-    Channel.APNS: ApnsProvider,
-    Channel.FCM: FcmProvider,
-    Channel.HTTP: WebhookProvider.from_config,
-    Channel.WEBPUSH: WebPushProvider,
+C = TypeVar("C")
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelLine(Generic[C]):
+    """A channel's line: the credentials its provider takes, and how the provider is built from one
+    app's credentials and the request bound. The type checker holds the two together in each line;
+    `ProviderRegistry.build` refuses an app whose credentials are another channel's."""
+
+    credentials: type[C]
+    provider: Callable[Concatenate[C, float, ...], Provider]
+
+
+def line(credentials: type[C], provider: Callable[Concatenate[C, float, ...], Provider]) -> ChannelLine[Any]:
+    """A channel's line, its two parts checked against each other (as a function, so that the
+    table's own type does not stand in for the credentials')."""
+    return ChannelLine(credentials, provider)
+
+
+CHANNELS: dict[Channel, ChannelLine[Any]] = {
+    Channel.APNS: line(ApnsCredentials, ApnsProvider),
+    Channel.FCM: line(FcmCredentials, FcmProvider),
+    Channel.HTTP: line(WebhookConfig, WebhookProvider.from_config),
+    Channel.WEBPUSH: line(WebPushConfig, WebPushProvider),
 }
 
 # How loudly an attempt's outcome is logged: a gone token is routine, a failure is not.
@@ -68,7 +86,10 @@ class ProviderRegistry:
         cls, apps: Iterable[ChannelApp], timeout_seconds: float, proxy: EgressProxy = DIRECT
     ) -> ProviderRegistry:
         """`proxy`: what carries the providers' connections (webhooks follow their config's own)."""
-        return cls(CHANNELS[a.channel](a.credentials, timeout_seconds, app=a.app, proxy=proxy) for a in apps)
+        apps = [_checked(a) for a in apps]  # all of them before any provider opens a connection
+        return cls(
+            CHANNELS[a.channel].provider(a.credentials, timeout_seconds, app=a.app, proxy=proxy) for a in apps
+        )
 
     def get(self, channel: Channel, app: AppName = DEFAULT_APP) -> Provider | None:
         return self._providers.get((channel, app))
@@ -86,6 +107,16 @@ class ProviderRegistry:
     async def close(self) -> None:
         for provider in self._providers.values():
             await provider.close()
+
+
+def _checked(app: ChannelApp) -> ChannelApp:
+    """`app`, whose credentials are its channel's; raises TypeError otherwise."""
+    expected = CHANNELS[app.channel].credentials
+    if not isinstance(app.credentials, expected):
+        raise TypeError(
+            f"the {app.channel} channel takes {expected.__name__}, not {type(app.credentials).__name__}"
+        )
+    return app
 
 
 def default_apps(settings: Settings) -> list[ChannelApp]:
