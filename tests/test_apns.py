@@ -29,7 +29,8 @@ from app.delivery.types import ApnsExtras, OutcomeKind, Priority, Push, PushKind
 from app.fanout.hints import Hint, apns_push
 from app.recipients.types import Target
 from app.testing import keys
-from app.testing.fake_apns import FakeApns, Reply, TlsFiles, make_tls_files
+from app.testing.fake_apns import FakeApns, Reply
+from app.testing.tls import TlsFiles, make_tls_files
 from tests.support import make_settings
 
 NO_DATABASE = "sqlite+aiosqlite:///unused.db"

@@ -31,11 +31,12 @@ from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.models import Recipient
 from app.runtime import Runtime, open_runtime
-from app.testing.fake_apns import FakeApns, TlsFiles
+from app.testing.fake_apns import FakeApns
 from app.testing.fake_apns import Reply as ApnsReply
 from app.testing.fake_fcm import FakeFcm
 from app.testing.fake_fcm import Reply as FcmReply
 from app.testing.keys import service_account
+from app.testing.tls import TlsFiles
 from app.testing.webhook_receiver import Receiver
 from tests.support import clear_tables, eventually, make_settings
 from tests.support.pipeline import exclusive_redis_db

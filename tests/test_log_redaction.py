@@ -31,8 +31,9 @@ import pytest
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.testing import keys
-from app.testing.fake_apns import FakeApns, TlsFiles
+from app.testing.fake_apns import FakeApns
 from app.testing.fake_fcm import ACCESS_TOKEN, FakeFcm
+from app.testing.tls import TlsFiles
 from app.testing.webhook_receiver import Endpoint, Receiver
 from tests.support import create_postgres_database, drop_postgres_database
 from tests.support.ops import Registered, channel_env, command, free_port, register

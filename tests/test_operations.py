@@ -33,9 +33,10 @@ from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.activity import ListenerState
 from app.recipients.models import Recipient
-from app.testing.fake_apns import FakeApns, TlsFiles
+from app.testing.fake_apns import FakeApns
 from app.testing.fake_fcm import FakeFcm
 from app.testing.keys import apns_key_pem, fcm_key
+from app.testing.tls import TlsFiles
 from app.testing.webhook_receiver import Receiver
 from tests.support import make_settings, running
 from tests.support import pipeline as pipeline_support

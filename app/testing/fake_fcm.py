@@ -48,8 +48,8 @@ from typing import Any
 
 from aiohttp import web
 
-from app.testing.fake_apns import TlsFiles, server_context
 from app.testing.loop_thread import run_as_process, serve_in_thread
+from app.testing.tls import TlsFiles, server_context
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 ACCESS_TOKEN = "test-token"

@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from app.testing.fake_apns import FakeApns, TlsFiles, make_tls_files
+from app.testing.fake_apns import FakeApns
 from app.testing.fake_fcm import FakeFcm
 from app.testing.fake_webpush import FakeWebPush
+from app.testing.tls import TlsFiles, make_tls_files
 from app.testing.webhook_receiver import Receiver
 
 
