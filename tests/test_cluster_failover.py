@@ -227,13 +227,17 @@ async def test_a_primary_killed_mid_run_once_its_replica_caught_up_loses_no_hint
 
 
 def test_a_cluster_failing_over_is_a_redis_outage_not_a_bug() -> None:
-    """What a cluster answers between a primary lost and its replica promoted is told as Redis being
-    unavailable (once per change, by the loops and the ingest route), never logged as a failure."""
-    for error in (
-        ClusterDownError("The cluster is down"),
-        TryAgainError("Multiple keys request during rehashing of slot"),
-        SlotNotCoveredError("slot not covered"),
-    ):
+    """What a cluster answers between a primary lost and its replica promoted is told as Redis not
+    serving (once per change, by the loops and the ingest route), never logged as a failure; and as
+    the cluster's state, not as a network fault, since its nodes answer."""
+    told = {
+        ClusterDownError("The cluster is down"): "the Redis Cluster answers CLUSTERDOWN (a slot has no"
+        " primary serving it: a failover under way, or a node holding a slot open)",
+        TryAgainError("Multiple keys request during rehashing of slot"): "the Redis Cluster answers"
+        " TRYAGAIN (a slot is being moved)",
+        SlotNotCoveredError("slot not covered"): "the Redis Cluster leaves a slot without a node",
+    }
+    for error, problem in told.items():
         failure = outage(error)
         assert failure is not None and failure.code == REDIS_UNREACHABLE, type(error).__name__
-        assert failure.message == f"XMTP_PUSH_REDIS_URL: Redis is unreachable ({type(error).__name__})"
+        assert failure.message == f"XMTP_PUSH_REDIS_URL: {problem}"

@@ -69,6 +69,14 @@ REDIS_DOWN = (
     redis.exceptions.TryAgainError,
     redis.exceptions.SlotNotCoveredError,
 )
+CLUSTER_PROBLEMS = {
+    redis.exceptions.ClusterDownError: (
+        "the Redis Cluster answers CLUSTERDOWN (a slot has no primary serving it: a failover under way,"
+        " or a node holding a slot open)"
+    ),
+    redis.exceptions.TryAgainError: "the Redis Cluster answers TRYAGAIN (a slot is being moved)",
+    redis.exceptions.SlotNotCoveredError: "the Redis Cluster leaves a slot without a node",
+}
 
 
 def classify(error: BaseException) -> Failure | None:
@@ -82,7 +90,7 @@ def classify(error: BaseException) -> Failure | None:
         if isinstance(link, SqliteFolderMissing):
             return _database(DATABASE_MISSING, "the SQLite file cannot be opened: its folder does not exist")
         if isinstance(link, REDIS_DOWN):
-            return Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis is unreachable ({_reason(chain)})")
+            return Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: {_redis_problem(link, chain)}")
     for link in chain:
         if isinstance(link, sa_exc.DBAPIError):
             return _database_failure(link, chain)
@@ -158,6 +166,15 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
             return
         yield current
         current = current.__cause__ or current.__context__
+
+
+def _redis_problem(error: BaseException, chain: list[BaseException]) -> str:
+    """A cluster that answers but cannot serve a slot is told as such: its nodes are reachable, and
+    what the operator looks at is the cluster's state, not the network."""
+    for kind, problem in CLUSTER_PROBLEMS.items():
+        if isinstance(error, kind):
+            return problem
+    return f"Redis is unreachable ({_reason(chain)})"
 
 
 def _reason(chain: list[BaseException]) -> str:
