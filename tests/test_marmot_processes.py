@@ -40,9 +40,11 @@ from tests.support.pipeline import redis_url  # noqa: F401  (fixture)
 from tests.support.process import Child, child, clean_env
 
 K = 400
+ROUNDS = 3  # of K wraps, for two processes and then for one
 # Both processes together may spend this much more than one alone: each reads and claims every wrap
-# (1.1 to 1.26 in runs on a quiet 2-core host, 1.64 once beside a whole test suite); without the shared
-# queue each would unwrap every wrap, and read and claim it too: over 2.
+# (1.1 to 1.26 in runs on a quiet 2-core host; 1.64 and 1.82 in single rounds beside a whole test
+# suite, when one round was measured each way: a round's CPU varies by a third from one to the next);
+# without the shared queue each would unwrap every wrap, and read and claim it too: over 2.
 CPU_MARGIN = 1.8
 RAISED_TIERS = {
     f"XMTP_PUSH_MARMOT_{tier}_PER_{period}": "1000000"
@@ -121,6 +123,15 @@ async def pushed_once(apns: FakeApns, relay: Relay, key: ServerKey, tokens: list
     assert sorted(request.token for request in apns.requests) == sorted(tokens)
 
 
+async def cpu_for_round(
+    servers: list[Server], apns: FakeApns, relay: Relay, key: ServerKey, tokens: list[str]
+) -> float:
+    """The CPU `servers` spend together pushing one wrap per token."""
+    before = sum(server.cpu_seconds() for server in servers)
+    await pushed_once(apns, relay, key, tokens)
+    return sum(server.cpu_seconds() for server in servers) - before
+
+
 async def test_two_processes_unwrap_each_wrap_once_for_about_one_process_cpu(
     fakes: tuple[FakeApns, FakeFcm], shared_redis_url: str
 ) -> None:
@@ -131,18 +142,20 @@ async def test_two_processes_unwrap_each_wrap_once_for_about_one_process_cpu(
         servers(2, key, relay, fakes, shared_redis_url) as two,
     ):
         await pushed_once(apns, relay, key, tokens_of(0, 50))  # warm-up: connections, first calls
-        before = [server.cpu_seconds() for server in two]
         counted = [await server.accepted() for server in two]
-        await pushed_once(apns, relay, key, tokens_of(1, K))
-        together = sum(server.cpu_seconds() for server in two) - sum(before)
+        together = [await cpu_for_round(two, apns, relay, key, tokens_of(1 + r, K)) for r in range(ROUNDS)]
         shares = [await server.accepted() - was for server, was in zip(two, counted, strict=True)]
-        assert sum(shares) == K and all(share > 0 for share in shares), shares
+        assert sum(shares) == ROUNDS * K and all(share > 0 for share in shares), shares
         assert await two[1].process.stop() == 0
-        alone_before = two[0].cpu_seconds()
-        await pushed_once(apns, relay, key, tokens_of(2, K))
-        alone = two[0].cpu_seconds() - alone_before
-    print(f"CPU for {K} wraps: two processes {together:.2f} s (shares {shares}), one alone {alone:.2f} s")
-    assert together <= CPU_MARGIN * alone, (together, alone)
+        one = two[:1]
+        alone = [await cpu_for_round(one, apns, relay, key, tokens_of(9 + r, K)) for r in range(ROUNDS)]
+    print(
+        f"CPU for {K} wraps: two processes"
+        f" {', '.join(f'{cpu:.2f}' for cpu in together)} s (shares {shares}), one alone"
+        f" {', '.join(f'{cpu:.2f}' for cpu in alone)} s"
+    )
+    # The least of the rounds: what else the machine runs can only add to a round's CPU.
+    assert min(together) <= CPU_MARGIN * min(alone), (together, alone)
 
 
 async def test_the_global_budget_holds_across_two_processes(
