@@ -22,7 +22,9 @@ async def test_an_attempt_past_its_bound_gets_a_timeout_error_within_one_sweep()
     with pytest.raises(TimeoutError):
         await _bounded_sleep(deadlines, 5)
     elapsed = time.monotonic() - started
-    assert 0.3 <= elapsed < 0.3 + 0.03 + 0.1  # the bound, one sweep period, scheduling slack
+    # The bound, one sweep period, and slack for a loaded machine: the fault this guards against
+    # runs the 5 s sleep out.
+    assert 0.3 <= elapsed < 0.3 + 0.03 + 0.5, elapsed
     await deadlines.close()
 
 
@@ -37,10 +39,10 @@ async def test_an_attempt_within_its_bound_is_untouched_and_the_task_can_be_canc
 
 async def test_one_task_runs_bounded_attempts_one_after_another() -> None:
     # As a delivery slot does: a timed-out attempt leaves nothing behind for the next one.
-    deadlines = Deadlines(0.1)
+    deadlines = Deadlines(0.3)
     with pytest.raises(TimeoutError):
         await _bounded_sleep(deadlines, 1)
-    assert await _bounded_sleep(deadlines, 0.05) == "finished"
+    assert await _bounded_sleep(deadlines, 0.01) == "finished"
     with pytest.raises(TimeoutError):
         await _bounded_sleep(deadlines, 1)
     task = asyncio.current_task()
@@ -105,7 +107,8 @@ async def test_an_attempt_with_a_deadline_of_its_own_keeps_that_one() -> None:
     until = time.monotonic() + 0.1
     with pytest.raises(TimeoutError), deadlines.bound(until=until):
         await asyncio.sleep(5)
-    assert until <= time.monotonic() < until + 0.02 + 0.05
+    timed_out = time.monotonic()
+    assert until <= timed_out < until + 0.02 + 0.5, timed_out - until  # period, slack; not the 5 s
     await deadlines.close()
 
 

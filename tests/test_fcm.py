@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gc
 import itertools
 import json
 import time
@@ -31,7 +30,7 @@ from app.recipients.types import Target
 from app.testing import keys
 from app.testing.fake_apns import FakeApns
 from app.testing.fake_fcm import FakeFcm, Reply
-from tests.support import make_settings
+from tests.support import frozen_heap, make_settings
 from tests.support.fcm import NO_DATABASE, TOPIC, device, hint, new_provider
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
@@ -121,7 +120,7 @@ async def test_concurrent_sends_share_one_access_token(fake: FakeFcm, fresh: Fcm
 
 async def test_a_slow_token_endpoint_does_not_stall_the_event_loop(fake: FakeFcm, fresh: FcmProvider) -> None:
     # google-auth fetches the token with a blocking call; the worker's other channels share the loop.
-    fake.token_delay = 1.0
+    fake.token_delay = 2.0  # the loop standing still for it would show as a 2 s gap
     gaps: list[float] = []
 
     async def ticker() -> None:
@@ -137,7 +136,7 @@ async def test_a_slow_token_endpoint_does_not_stall_the_event_loop(fake: FakeFcm
         assert (await fresh.send(fcm_push(hint(), device("ok.slow-token")))).kind is OutcomeKind.DELIVERED
     finally:
         ticking.cancel()
-    assert max(gaps) < 0.5, f"the event loop stood still for {max(gaps):.2f} s"
+    assert max(gaps) < 1.0, f"the event loop stood still for {max(gaps):.2f} s"
 
 
 @pytest.mark.filterwarnings("error")
@@ -371,6 +370,7 @@ class LoopLag:
     def __init__(self) -> None:
         self.worst = 0.0
         self._ticking: asyncio.Task[None] | None = None
+        self._frozen = frozen_heap()
 
     async def _tick(self) -> None:
         while True:
@@ -379,8 +379,7 @@ class LoopLag:
             self.worst = max(self.worst, time.monotonic() - due)
 
     async def __aenter__(self) -> LoopLag:
-        gc.collect()
-        gc.freeze()
+        self._frozen.__enter__()
         self._ticking = asyncio.ensure_future(self._tick())
         await asyncio.sleep(0)
         return self
@@ -388,7 +387,7 @@ class LoopLag:
     async def __aexit__(self, *exc: object) -> None:
         assert self._ticking is not None
         self._ticking.cancel()
-        gc.unfreeze()
+        self._frozen.__exit__(None, None, None)
 
 
 class ApnsTraffic:
@@ -463,8 +462,8 @@ async def test_a_401_while_the_token_endpoint_stalls_freezes_no_channel(
         apns_answers = len([t for t in apns.answered if t > started])
     assert outcome.kind is OutcomeKind.DELIVERED
     assert elapsed > 4.5  # it did wait for the stalled token endpoint
-    assert lag.worst < 0.1, f"the event loop stood still for {lag.worst:.3f} s"
-    assert apns_wait < 0.5 and apns_answers > 20, (apns_wait, apns_answers)
+    assert lag.worst < 0.5, f"the event loop stood still for {lag.worst:.3f} s"  # the fault: 1 s or more
+    assert apns_wait < 1.0 and apns_answers > 20, (apns_wait, apns_answers)
     assert [r.headers["authorization"] for r in fake.requests_for("ok.after-401")] == [
         "Bearer test-token",
         "Bearer test-token-2",
@@ -484,7 +483,7 @@ async def test_a_401_whose_fresh_token_does_not_come_in_time_is_transient(
         elapsed = time.monotonic() - started
     assert (outcome.kind, outcome.credentials_refused) == (OutcomeKind.FAILED, False)
     assert elapsed < 2.5
-    assert lag.worst < 0.1, f"the event loop stood still for {lag.worst:.3f} s"
+    assert lag.worst < 0.5, f"the event loop stood still for {lag.worst:.3f} s"  # the fault: 1 s or more
     assert len(fake.requests_for("ok.no-fresh-token")) == 1
 
 

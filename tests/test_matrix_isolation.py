@@ -69,6 +69,8 @@ def devices_counted(app: str, outcome: str) -> float:
 
 
 async def test_a_hung_app_never_slows_another(gateway: RunningGateway, apns_server: FakeApns) -> None:
+    # The live app's first push makes its connection and token: a first send's set-up, not a wait.
+    assert (await gateway.notify(notification(LIVE))).status_code == 200
     hung = [asyncio.create_task(gateway.notify(notification(HUNG))) for _ in range(20)]
     await asyncio.sleep(0.2)  # the hung app's requests are all in flight
     slowest = 0.0
@@ -77,7 +79,7 @@ async def test_a_hung_app_never_slows_another(gateway: RunningGateway, apns_serv
         response = await gateway.notify(notification(LIVE))
         slowest = max(slowest, time.monotonic() - started)
         assert (response.status_code, response.json()) == (200, {"rejected": []})
-    assert slowest < 0.5  # against the hung app's 2 s
+    assert slowest < TIMEOUT / 2, slowest  # waiting behind the hung app would take its 2 s
     assert not any(task.done() for task in hung)
     started = time.monotonic()
     answers = await asyncio.gather(*hung)
@@ -92,7 +94,7 @@ async def test_past_the_in_flight_limit_the_answer_is_502_at_once(gateway: Runni
     started = time.monotonic()
     response = await gateway.notify(notification(LIMITED))
     assert response.status_code == 502
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < TIMEOUT / 2  # at once, not after the 2 s timeout
     assert devices_counted(LIMITED, "limited") == limited_before + 1
     assert {answer.status_code for answer in await asyncio.gather(*waiting)} == {502}
     # With its slots free again, the app takes requests again (and they fail on the hung fake).
@@ -164,4 +166,5 @@ async def test_the_timeout_counts_from_the_requests_arrival(gateway: RunningGate
     response = await gateway.http.post("/_matrix/push/v1/notify", content=slowly())
     elapsed = time.monotonic() - started
     assert response.status_code == 502
-    assert 1.2 < elapsed < TIMEOUT + 0.5  # the body's time and the sending's share one timeout
+    # The body's time and the sending's share one timeout (counted apart, it would be 3.2 s or more).
+    assert 1.2 < elapsed < TIMEOUT + 1.0, elapsed

@@ -656,7 +656,8 @@ async def test_a_hanging_host_costs_a_healthy_host_nothing(some_stack, receiver:
         print(
             f"healthy host beside a hanging one: p50 {latencies[49] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
         )
-        # The floor is this process verifying 700 signed posts (about 0.4 s); unbounded, the 10 s timeout.
-        assert p99 < 1.5
+        # The floor is this process verifying 700 signed posts (about 0.4 s, more on a loaded machine);
+        # unbounded, the 10 s timeout.
+        assert p99 < 5.0, p99
         assert receiver.active() <= 16
         receiver.release()

@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from app.queue.base import Commit, Delayed, Entry, PartitionCountMismatch, WorkQueue
+from app.queue.doorbell import CHANNEL as DOORBELL
 from app.queue.memory import MemoryQueue
 from app.queue.redis_calls import stream_key
 from app.queue.redis_streams import RedisQueue
@@ -138,6 +139,23 @@ async def read_all(queue: WorkQueue, stream: str, consumer: str = "c1", block: f
     return entries
 
 
+async def warmed(queue: WorkQueue, stream: str) -> None:
+    """Read the empty stream once, so that a timed read is not a first one: a first read connects and
+    makes the stream's group on every partition (64 on a cluster: tens of milliseconds, more on a
+    loaded machine)."""
+    assert await queue.read(stream, "warm-up", 10, 0.01) == []
+
+
+async def first_found(
+    queue: WorkQueue, stream: str, consumer: str, seconds: float
+) -> tuple[list[Entry], float]:
+    """Read until something comes: what came, and when the read that brought it returned."""
+    deadline = time.monotonic() + seconds
+    while not (entries := await queue.read(stream, consumer, 10, 0.02)):
+        assert time.monotonic() < deadline, f"nothing came on {stream} within {seconds} s"
+    return entries, time.monotonic()
+
+
 # ---- add / read ----------------------------------------------------------------------------------------
 
 
@@ -192,6 +210,7 @@ async def redis_processes(redis_server: Flushable) -> AsyncIterator[Callable[[],
 
 async def woken_within(adder: WorkQueue, reader_side: WorkQueue, rounds: int) -> list[float]:
     """How long a reader resting on an empty stream took to return what `adder` added, per round."""
+    await adder.add("warm-adder", [b"connects"])
     waits = []
     for round_number in range(rounds):
         stream = f"s{round_number}"  # its own stream: nothing left pending is reclaimed into this read
@@ -218,26 +237,38 @@ async def test_a_lost_doorbell_subscription_is_made_again(
 ) -> None:
     adder, reader_side = redis_processes(), redis_processes()
     assert await reader_side.read("warm", "c1", 10, 0.01) == []  # its first read subscribes
-    await asyncio.sleep(0.5)
+    await subscribed(redis_server.url, "its first read")
     assert kill_subscriptions(redis_server.url) >= 1
-    await asyncio.sleep(1.0)  # made again after its first backoff (0.1 s)
-    waits = await woken_within(adder, reader_side, 3)
-    assert waits[1] < 0.05, waits
+    await subscribed(redis_server.url, "the subscription made again after its first backoff (0.1 s)")
+    waits = await woken_within(adder, reader_side, 5)
+    assert waits[2] < 0.05, waits
+
+
+def on_every_node(url: str, *command: str) -> list[object]:
+    """A command's answer from the server, or from each node of a cluster."""
+    with redis.Redis.from_url(url) as probe:
+        if int(probe.info("cluster").get("cluster_enabled", 0)) != 1:
+            return [probe.execute_command(*command)]
+    with redis.RedisCluster.from_url(url) as nodes:
+        return list(nodes.execute_command(*command, target_nodes=redis.RedisCluster.ALL_NODES).values())
+
+
+async def subscribed(url: str, what: str, seconds: float = 5.0) -> None:
+    """Wait until a doorbell subscription is open on the server (on any node of a cluster)."""
+    deadline = time.monotonic() + seconds
+    while sum(int(dict(pairs)[DOORBELL.encode()]) for pairs in _numsub(url)) < 1:
+        assert time.monotonic() < deadline, f"no doorbell subscription after {seconds} s: {what}"
+        await asyncio.sleep(0.02)
+
+
+def _numsub(url: str) -> list[list[tuple[bytes, int]]]:
+    replies = on_every_node(url, "PUBSUB", "NUMSUB", DOORBELL)
+    return [list(zip(reply[::2], reply[1::2], strict=True)) for reply in replies]
 
 
 def kill_subscriptions(url: str) -> int:
     """Close every pub/sub connection of the server (of each node of a cluster); how many were."""
-    with redis.Redis.from_url(url) as probe:
-        cluster = int(probe.info("cluster").get("cluster_enabled", 0)) == 1
-    if not cluster:
-        with redis.Redis.from_url(url) as server:
-            return int(server.execute_command("CLIENT KILL", "TYPE", "pubsub"))
-    with redis.RedisCluster.from_url(url) as nodes:
-        every = redis.RedisCluster.ALL_NODES
-        return sum(
-            int(n)
-            for n in nodes.execute_command("CLIENT KILL", "TYPE", "pubsub", target_nodes=every).values()
-        )
+    return sum(int(n) for n in on_every_node(url, "CLIENT", "KILL", "TYPE", "pubsub"))
 
 
 async def test_redis_processes_share_streams_and_reclaim(redis_processes: Callable[[], RedisQueue]) -> None:
@@ -284,6 +315,7 @@ async def test_redis_recovers_when_the_stream_vanishes(
 
 
 async def test_read_on_empty_stream_blocks_up_to_block_seconds(steady_queue: WorkQueue) -> None:
+    await warmed(steady_queue, "s")
     started = time.monotonic()
     assert await steady_queue.read("s", "c1", 10, 0.3) == []
     elapsed = time.monotonic() - started
@@ -291,6 +323,7 @@ async def test_read_on_empty_stream_blocks_up_to_block_seconds(steady_queue: Wor
 
 
 async def test_read_with_entries_waiting_does_not_block(steady_queue: WorkQueue) -> None:
+    await warmed(steady_queue, "s")
     await steady_queue.add("s", [b"ready"])
     started = time.monotonic()
     assert payloads_of(await steady_queue.read("s", "c1", 10, 5.0)) == [b"ready"]
@@ -298,6 +331,7 @@ async def test_read_with_entries_waiting_does_not_block(steady_queue: WorkQueue)
 
 
 async def test_blocked_read_wakes_up_when_an_entry_arrives(steady_queue: WorkQueue) -> None:
+    await warmed(steady_queue, "s")
     reader = asyncio.create_task(steady_queue.read("s", "c1", 10, 5.0))
     await asyncio.sleep(0.1)
     assert not reader.done()
@@ -311,6 +345,7 @@ async def test_blocked_read_wakes_up_when_an_entry_arrives(steady_queue: WorkQue
 async def test_an_idle_reader_is_woken_at_once_by_work_its_own_process_adds(steady_queue: WorkQueue) -> None:
     # A fan-out adding delivery jobs in a worker: that worker's delivery reader, resting between reads
     # of an empty stream (Redis: up to 0.2 s), takes them without waiting out its rest.
+    await warmed(steady_queue, "s")
     waits = []
     for round_number in range(5):
         reader = asyncio.create_task(steady_queue.read("s", "c1", 10, 5.0))
@@ -359,23 +394,19 @@ async def test_add_of_nothing_is_harmless(steady_queue: WorkQueue) -> None:
 
 async def test_unacknowledged_entries_go_to_another_consumer_after_reclaim(queue: WorkQueue) -> None:
     await queue.add("s", [b"a", b"b", b"c"])
+    held_since = time.monotonic()
     taken = await queue.read("s", "crashed", 10, 0.05)
     assert payloads_of(taken) == [b"a", b"b", b"c"]
-    started = time.monotonic()
 
-    # Not before the reclaim period.
-    assert await queue.read("s", "other", 10, 0.02) == []
-    await asyncio.sleep(RECLAIM / 2 - (time.monotonic() - started))
-    assert await queue.read("s", "other", 10, 0.02) == []
-    assert time.monotonic() - started < RECLAIM
-
-    # After it: the same entries, same ids.
-    await asyncio.sleep(RECLAIM + 0.1 - (time.monotonic() - started))
-    reclaimed = await queue.read("s", "other", 10, 0.05)
+    # Another consumer asking all along gets nothing before the reclaim period, then the same
+    # entries, same ids. (Times are taken after each read, so a stalled machine only delays them.)
+    reclaimed, found_at = await first_found(queue, "s", "other", RECLAIM + 2.0)
+    assert found_at - held_since >= RECLAIM, f"handed out again after {found_at - held_since:.2f} s"
     assert [(e.id, e.payload) for e in reclaimed] == [(e.id, e.payload) for e in taken]
 
-    # Now held afresh by "other": nobody else gets them right away.
-    assert await queue.read("s", "crashed", 10, 0.02) == []
+    # Now held afresh by "other": nobody else gets them until the period has passed again.
+    again = await queue.read("s", "crashed", 10, 0.02)
+    assert again == [] or time.monotonic() - found_at >= RECLAIM, payloads_of(again)
     await queue.commit("s", Commit(ack=[e.id for e in reclaimed]))
     assert await queue.depth("s") == 0
 
@@ -387,7 +418,10 @@ async def test_reclaimed_entries_come_before_new_ones_and_respect_count(queue: W
     await asyncio.sleep(RECLAIM + 0.1)
     first = await queue.read("s", "other", 3, 0.05)
     assert payloads_of(first) == [b"old1", b"old2", b"new1"]
-    assert payloads_of(await queue.read("s", "other", 10, 0.05)) == [b"new2"]
+    # Read with the others, it waits in the process for the next read; a read later than half the
+    # reclaim period leaves it to the reclaim instead, so it comes either way.
+    rest, _ = await first_found(queue, "s", "other", RECLAIM + 2.0)
+    assert payloads_of(rest) == [b"new2"]
 
 
 async def test_acknowledged_entries_are_never_handed_out_again(queue: WorkQueue) -> None:

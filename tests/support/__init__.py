@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import gc
 import os
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,19 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or check}")
         await asyncio.sleep(0.02)
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep the test session's objects out of garbage collection while in the block. A full
+    collection of a long run's heap stalls the loop for a moment no product process has (the product
+    freezes its start-up objects), and a test timing the loop would take it for the product's."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def host_lock(url: str) -> int:
