@@ -24,7 +24,7 @@ from app.envelopes.types import Envelope
 from app.fanout.service import enqueue_envelopes
 from app.network import repository
 from app.network.decoding import MalformedEnvelope, decode
-from app.ops.failures import outage
+from app.ops.failures import tell_or_log
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as envelopes
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
@@ -33,6 +33,9 @@ from app.queue.base import WorkQueue
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
+# What the listener does while the network node, the database or Redis cannot serve (told once).
+RECONNECTS = "the listener reconnects with backoff"
+KEEPS_MARKS = "the listener keeps its marks until it serves"
 XMTPD_ADDRESS = "XMTP_PUSH_XMTPD_ADDRESS"
 _EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from grpc-stubs)
 PAGE_LIMIT = 1000
@@ -142,11 +145,7 @@ class Listener:
                 raise  # the listener itself is being cancelled: never swallow that
             log.warning("firehose stream cancelled")
         except Exception as error:
-            failure = outage(error)
-            if failure is None:
-                log.exception("listener connection failed")
-            else:
-                failure.tell(self.runtime.dependencies, "the listener reconnects with backoff")
+            tell_or_log(error, self.runtime.dependencies, RECONNECTS, log, "listener connection failed")
         return established
 
     def _not_reached(self, code: grpc.StatusCode) -> None:
@@ -294,11 +293,8 @@ class Listener:
                 await repository.save_marks(session, dirty, time.time_ns())
         except Exception as error:
             self._dirty = {**dirty, **self._dirty}
-            failure = outage(error)
-            if failure is None:
-                log.exception("could not store listener marks; will retry")
-            else:
-                failure.tell(self.runtime.dependencies, "the listener keeps its marks until it serves")
+            bug = "could not store listener marks; will retry"
+            tell_or_log(error, self.runtime.dependencies, KEEPS_MARKS, log, bug)
             return
         self.runtime.dependencies.up("database")
         self._last_save = time.monotonic()

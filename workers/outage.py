@@ -12,7 +12,7 @@ import logging
 import random
 
 from app.core.dependencies import DependencyLog
-from app.ops.failures import outage
+from app.ops.failures import tell_or_log
 
 FIRST_BACKOFF_SECONDS = 0.1
 MAX_BACKOFF_SECONDS = 5.0
@@ -30,12 +30,11 @@ class Outage:
 
     def failed(self, error: BaseException) -> float:
         """Record a failure; the seconds to wait before trying again."""
-        failure = outage(error)
+        retries, bug = f"{self.loop_name} retries with backoff", f"{self.loop_name} failed; continuing"
+        failure = tell_or_log(error, self.dependencies, retries, self.log, bug)
         if failure is None:
-            self.log.error("%s failed; continuing", self.loop_name, exc_info=error)
             return FIRST_BACKOFF_SECONDS
         self.down = failure.service
-        failure.tell(self.dependencies, f"{self.loop_name} retries with backoff")
         self.failures += 1
         ceiling = min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2.0 ** (self.failures - 1))
         return ceiling * (0.5 + random.random())

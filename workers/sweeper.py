@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from app.ops.failures import outage
+from app.ops.failures import tell_or_log
 from app.recipients import service
 from app.runtime import Runtime
 
@@ -35,10 +35,7 @@ async def run_sweeper(runtime: Runtime, stop: asyncio.Event) -> None:
             if deleted:
                 log.info("expired recipients deleted", extra={"count": deleted})
         except Exception as error:
-            failure = outage(error)
-            if failure is None:
-                log.exception("expiry sweep failed; retrying at the next interval")
-            else:
-                failure.tell(runtime.dependencies, "the expiry sweep waits for it")
+            bug = "expiry sweep failed; retrying at the next interval"
+            tell_or_log(error, runtime.dependencies, "the expiry sweep waits for it", log, bug)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), runtime.settings.sweep_interval_seconds)

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.api import messages
 from app.core import errors, metrics
 from app.core.errors import Code, DomainError
-from app.ops.failures import outage
+from app.ops.failures import tell_or_log
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.recipients import service
 from app.runtime import Runtime
@@ -131,13 +131,11 @@ async def _within_deadline(runtime: Runtime, method: Method, request: Message, s
     except DomainError:
         raise
     except Exception as error:
-        failure = outage(error)
-        if failure is None:
-            log.exception("internal error during %s", method.name)
+        bug = f"internal error during {method.name}"
+        if tell_or_log(error, runtime.dependencies, ANSWERING_UNAVAILABLE, log, bug) is None:
             raise DomainError(Code.INTERNAL, "internal error") from None
-        # An outage, not a bug: the SDK retries later, and the operator reads one line (per
+        # An outage, not a bug: the SDK retries later, and the operator has read one line (per
         # change of state, not per call) naming the setting and what is wrong.
-        failure.tell(runtime.dependencies, ANSWERING_UNAVAILABLE)
         raise DomainError(Code.UNAVAILABLE, errors.UNAVAILABLE) from None
     runtime.dependencies.up("database")
     return answer

@@ -14,7 +14,7 @@ from app.envelopes.eligibility import KIND_OTHER, WITHOUT_SHOULD_PUSH
 from app.envelopes.parsing import MAX_BATCH, EnvelopeError, parse_json_batch, parse_server_envelope
 from app.envelopes.types import Envelope
 from app.fanout.service import Ingested, ingest_envelopes
-from app.ops.failures import outage
+from app.ops.failures import tell_or_log
 
 PROTOBUF = "application/x-protobuf"
 
@@ -131,11 +131,7 @@ async def ingest(request: Request) -> JSONResponse:
     try:
         ingested = await ingest_envelopes(runtime.queue, envelopes)
     except Exception as error:
-        failure = outage(error)
-        if failure is None:
-            log.exception("ingest failed")
-        else:
-            failure.tell(runtime.dependencies, "ingest answers 503 until it serves")
+        tell_or_log(error, runtime.dependencies, "ingest answers 503 until it serves", log, "ingest failed")
         return _error(503, "queue is unavailable")
     runtime.dependencies.up("redis")
     return _answer(ingested)

@@ -7,6 +7,7 @@ The line never holds the setting's value: a database or Redis URL may carry a pa
 
 from __future__ import annotations
 
+import logging
 import socket
 import sqlite3
 from collections.abc import Iterator
@@ -119,6 +120,20 @@ def outage(error: BaseException) -> Failure | None:
     if is_unavailable(error):  # a pool timeout, a connection invalidated mid-call
         return _database(DATABASE_UNREACHABLE, f"the database is unavailable ({type(error).__name__})")
     return None
+
+
+def tell_or_log(
+    error: BaseException, dependencies: DependencyLog, consequence: str, log: logging.Logger, bug: str
+) -> Failure | None:
+    """An outage goes to the process's log of its dependencies (one line per change of state, naming
+    the setting); anything else is a bug, logged as `bug` with its stack every time. The outage, or
+    None for a bug."""
+    failure = outage(error)
+    if failure is None:
+        log.error(bug, exc_info=error)
+    else:
+        failure.tell(dependencies, consequence)
+    return failure
 
 
 def _database_failure(error: sa_exc.DBAPIError, chain: list[BaseException]) -> Failure | None:
