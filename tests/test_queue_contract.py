@@ -497,6 +497,44 @@ async def test_commit_ack_of_an_already_acked_entry_is_harmless(steady_queue: Wo
     assert await q.depth("in") == 1
 
 
+def follow_up(ack: list[str], due: float) -> Commit:
+    commit = Commit(ack=ack, delay=[Delayed("retry", b"later", due), Delayed("retry", b"keyed", due, "k", 1)])
+    commit.add_to("out", b"o1")
+    return commit
+
+
+async def test_a_commit_sent_again_adds_and_delays_nothing_twice(steady_queue: WorkQueue) -> None:
+    # A worker sends again a commit that failed (or whose answer was lost in a failover): the entries
+    # are acknowledged once and their follow-up work is queued once.
+    q = steady_queue
+    await q.add("in", [b"a", b"b"])
+    entries = await q.read("in", "c1", 10, 0.05)
+    due = time.time() + 3600
+    await q.commit("in", follow_up([entries[0].id], due))
+    await q.commit_each("in", [follow_up([entries[0].id], due), follow_up([entries[0].id], due)])
+    assert await q.depth("out") == 1
+    assert await q.delayed_count() == 2
+    assert await q.depth("in") == 1  # b, in flight
+    # A commit that still acknowledges one of its entries brings all its work.
+    await q.commit("in", follow_up([entries[0].id, entries[1].id], due))
+    assert await q.depth("out") == 2
+    assert await q.depth("in") == 0
+
+
+async def test_a_late_commit_of_entries_reclaimed_and_committed_by_another_adds_nothing(
+    queue: WorkQueue,
+) -> None:
+    await queue.add("s", [b"a"])
+    held_since = time.monotonic()
+    taken = await queue.read("s", "stalled", 10, 0.05)
+    reclaimed, found_at = await first_found(queue, "s", "other", RECLAIM + 2.0)
+    assert found_at - held_since >= RECLAIM and [e.id for e in reclaimed] == [e.id for e in taken]
+    due = time.time() + 3600
+    await queue.commit("s", follow_up([reclaimed[0].id], due))  # the one that took it over
+    await queue.commit("s", follow_up([taken[0].id], due))  # the stalled one, done at last
+    assert (await queue.depth("out"), await queue.delayed_count()) == (1, 2)
+
+
 async def test_commit_may_add_to_the_stream_it_acknowledges(steady_queue: WorkQueue) -> None:
     q = steady_queue
     await q.add("in", [b"first"])

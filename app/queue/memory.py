@@ -119,8 +119,9 @@ class MemoryQueue:
 
     def _apply(self, stream: str, commit: Commit) -> None:
         pending = self._stream(stream, commit.partition).pending
-        for entry_id in commit.ack:
-            pending.pop(entry_id, None)
+        acknowledged = [entry_id for entry_id in commit.ack if pending.pop(entry_id, None) is not None]
+        if commit.ack and not acknowledged:
+            return  # every entry acknowledged already, with this follow-up work: as the Redis script
         for target, payloads in commit.add.items():
             self._append(target, payloads, commit.partition)
         for delayed in commit.delay:

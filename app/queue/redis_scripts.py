@@ -116,33 +116,48 @@ end
 # KEYS: the acknowledged stream, the delayed set, the streams that get additions, then the delays'
 # coalescing keys. ARGV: group; the count of addition streams, then per stream its lengths and
 # payloads; the delay count, then (score, member, KEYS index of its key or 0, rank, ttl) for each;
-# the ack count, then the ids. Order of effects: additions, delays, then XACK and XDEL.
+# the ack count, then the ids. The acknowledgements come first: a commit whose entries were all
+# acknowledged already (it landed, and its answer was lost in a failover; or a worker sends again one
+# that failed) adds and delays nothing a second time. Only a commit acknowledges, always with the
+# entries' follow-up work, so nothing is dropped that was not added then. XDEL comes last.
 COMMIT = (
     _ADD_ALL
     + _DELAY
     + """
 local streams = tonumber(ARGV[2])
-local a = 3
-for k = 1, streams do
-  add_all(KEYS[2 + k], ARGV[a], ARGV[a + 1]); a = a + 2
+local delays_at = 3 + 2 * streams
+local acks_at = delays_at + 1 + 5 * tonumber(ARGV[delays_at])
+local acks = tonumber(ARGV[acks_at])
+local function each_chunk(command)
+  local done, count = 0, 0
+  while done < acks do
+    local ids = {}
+    for j = 1, math.min(1000, acks - done) do ids[j] = ARGV[acks_at + done + j] end
+    if command == 'XACK' then
+      count = count + redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
+    else
+      redis.call('XDEL', KEYS[1], unpack(ids))
+    end
+    done = done + #ids
+  end
+  return count
 end
-local delays = tonumber(ARGV[a]); a = a + 1
-for _ = 1, delays do
-  local index = tonumber(ARGV[a + 2])
-  local key = false
-  if index > 0 then key = KEYS[index] end
-  delay(KEYS[2], ARGV[a], ARGV[a + 1], key, tonumber(ARGV[a + 3]), ARGV[a + 4]); a = a + 5
+local acknowledged = each_chunk('XACK')
+if acks == 0 or acknowledged > 0 then
+  local a = 3
+  for k = 1, streams do
+    add_all(KEYS[2 + k], ARGV[a], ARGV[a + 1]); a = a + 2
+  end
+  a = delays_at + 1
+  for _ = 1, tonumber(ARGV[delays_at]) do
+    local index = tonumber(ARGV[a + 2])
+    local key = false
+    if index > 0 then key = KEYS[index] end
+    delay(KEYS[2], ARGV[a], ARGV[a + 1], key, tonumber(ARGV[a + 3]), ARGV[a + 4]); a = a + 5
+  end
 end
-local acks = tonumber(ARGV[a]); a = a + 1
-local done = 0
-while done < acks do
-  local ids = {}
-  for j = 1, math.min(1000, acks - done) do ids[j] = ARGV[a + done + j - 1] end
-  redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-  redis.call('XDEL', KEYS[1], unpack(ids))
-  done = done + #ids
-end
-return 1
+each_chunk('XDEL')
+return acknowledged
 """
 )
 
