@@ -26,7 +26,7 @@ from app.delivery.types import Outcome, OutcomeKind
 from app.fanout.delivery_job import DeliveryJob
 from app.fanout.hints import RENDERERS
 from app.queue.activity import ATTEMPT_MS, ATTEMPTS, CREDENTIALS_REFUSED
-from app.queue.base import Commit, Delayed, Entry, Share, WorkQueue, delivery_stream
+from app.queue.base import Commit, Delayed, Entry, Share, Unsent, WorkQueue, delivery_stream
 from app.recipients.types import DELIVERY_CHANNELS, Target
 from app.runtime import Runtime
 from workers.outage import Outage
@@ -36,6 +36,8 @@ READ_BLOCK_SECONDS = 1.0
 # Each flush is one queue round trip whatever it carries, so fewer carry more. A crash repeats at
 # most this much finished work, the only case where a hint may go twice.
 FLUSH_SECONDS = 0.02
+# Acknowledgements a worker keeps to send again while Redis fails over; beyond that, the reclaim.
+UNSENT_ACKS = 10_000
 FLUSH_SIZE = 256
 ACTIVITY_SECONDS = 1.0
 REFILL_FRACTION = 4
@@ -92,6 +94,7 @@ class DeliveryWorker:
         self._busy = 0  # attempts accepted and not yet ended: waiting in _ready, handed over or running
         # Finished work by partition: each partition's part is committed atomically.
         self._finished: dict[int, Commit] = {}
+        self._unsent = Unsent(UNSENT_ACKS)  # commits that failed, sent again at the next flush
         self._tally: Counter[tuple[str, str]] = Counter()
         self._tally_due = 0.0
         self._paused_until = 0.0
@@ -293,14 +296,16 @@ class DeliveryWorker:
             tally, self._tally, self._tally_due = self._tally, Counter(), now + ACTIVITY_SECONDS
             with contextlib.suppress(Exception):  # telemetry only; never blocks delivery
                 await self.runtime.activity.record(tally, time.time())
-        if not self._finished:
+        if not (self._finished or self._unsent):
             return
-        commits, self._finished = list(self._finished.values()), {}
+        commits, self._finished = self._unsent.take(list(self._finished.values())), {}
         try:
             await self.queue.commit_each(self.stream, commits)
             self._commits.succeeded()
         except Exception as error:
-            # Unacknowledged entries are reclaimed and attempted again later; nothing is lost.
+            # Sent again at the next flush (one that landed after all applies nothing again). Were
+            # the process to stop first, its entries are reclaimed and attempted again: none is lost.
+            self._unsent.keep(commits)
             self._commits.failed(error)
 
     async def _drain(self) -> None:

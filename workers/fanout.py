@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from app.core import metrics
 from app.fanout.fanout_job import FanoutJob
 from app.fanout.service import FanoutPage, fan_out_page
-from app.queue.base import ENVELOPES, Commit, Entry, Share, WorkQueue, delivery_stream
+from app.queue.base import ENVELOPES, Commit, Entry, Share, Unsent, WorkQueue, delivery_stream
 from app.recipients.types import DELIVERY_CHANNELS
 from app.runtime import Runtime
 from workers.outage import Outage
@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 READ_BLOCK_SECONDS = 1.0
 # Entries fanned out together. Small, so the ranges of one large topic spread over consumers.
 ENTRIES_PER_READ = 4
+# Acknowledgements a fan-out loop keeps to send again while Redis fails over; beyond that, the reclaim.
+UNSENT_ACKS = 1_000
 
 
 class FanoutWorker:
@@ -29,6 +31,7 @@ class FanoutWorker:
         self.page_size = runtime.settings.fanout_page_size
         self.ranges = runtime.settings.fanout_ranges
         self.dedup_ttl = runtime.settings.dedup_ttl_seconds
+        self._unsent = Unsent(UNSENT_ACKS)  # commits that failed, sent again before the next batch's
 
     async def run(self, stop: asyncio.Event) -> None:
         outage = Outage(log, "fan-out", self.runtime.dependencies)
@@ -39,6 +42,8 @@ class FanoutWorker:
                 )
                 if entries:
                     await self._handle(entries)
+                elif self._unsent:
+                    await self._commit([])
                 outage.succeeded()
             except Exception as error:
                 # What was not acknowledged is reclaimed and fanned out again later.
@@ -59,9 +64,20 @@ class FanoutWorker:
                 pages.append(await fan_out_page(session, job, self.page_size, self.ranges))
         for (partition, _), page in zip(jobs, pages, strict=True):
             _add_follow_up(commits[partition], page)
-        await self.queue.commit_each(ENVELOPES, list(commits.values()))
         for (_, job), page in zip(jobs, pages, strict=True):
-            _count(job, page)
+            _count(job, page)  # the work done, as deliveries count their attempts
+        await self._commit(list(commits.values()))
+
+    async def _commit(self, commits: list[Commit]) -> None:
+        """The commits that failed before, then `commits`; kept for the next time if they fail (one
+        that landed after all applies nothing again; were the process to stop first, the entries
+        are reclaimed and fanned out again)."""
+        batch = self._unsent.take(commits)
+        try:
+            await self.queue.commit_each(ENVELOPES, batch)
+        except Exception:
+            self._unsent.keep(batch)
+            raise
 
     async def _claimed(self, entries: list[Entry]) -> list[tuple[int, FanoutJob]]:
         """The entries' jobs with their partitions, less the envelopes already fanned out. A first

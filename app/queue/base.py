@@ -77,6 +77,34 @@ class Commit:
 
 
 @dataclass(slots=True)
+class Unsent:
+    """Commits that failed (Redis failing over), sent again before newer ones: once Redis serves,
+    they land before their entries are reclaimed and handled a second time. At most `limit`
+    acknowledgements are kept; older commits are left to the reclaim (at-least-once either way)."""
+
+    limit: int
+    commits: list[Commit] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.commits)
+
+    def take(self, newer: Sequence[Commit]) -> list[Commit]:
+        """The kept commits, then `newer`; none is kept any more."""
+        commits, self.commits = [*self.commits, *newer], []
+        return commits
+
+    def keep(self, commits: Sequence[Commit]) -> None:
+        """Keep `commits`, which failed, for the next send: the newest of them, within the limit."""
+        kept, acks = [], 0
+        for commit in reversed(commits):
+            acks += len(commit.ack)
+            if acks > self.limit:
+                break
+            kept.append(commit)
+        self.commits = kept[::-1]
+
+
+@dataclass(slots=True)
 class Share:
     """The partitions a worker reads. Every reader looks at `partitions` on each read, so whoever
     decides a worker's share may change it while the worker runs."""
@@ -111,10 +139,12 @@ class WorkQueue(Protocol):
         then new ones (waits up to block_seconds)."""
 
     async def commit(self, stream: str, commit: Commit) -> None:
-        """Acknowledge `commit.ack` on `stream` and apply its additions and delays atomically."""
+        """Acknowledge `commit.ack` on `stream` and apply its additions and delays atomically. A
+        commit whose entries are all acknowledged already applies nothing: one that failed, or
+        whose answer was lost, may be sent again."""
 
     async def commit_each(self, stream: str, commits: Sequence[Commit]) -> None:
-        """Several commits (of different partitions), each atomic, sent together."""
+        """Several commits (of different partitions, or several of one), each atomic, sent together."""
 
     async def promote_due(self, now: float, limit: int, partitions: Sequence[int] | None = None) -> int:
         """Move delayed entries that are due onto their streams; returns how many."""

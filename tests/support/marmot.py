@@ -29,6 +29,7 @@ from app.testing.fake_apns import FakeApns
 from app.testing.fake_fcm import FakeFcm
 from app.testing.keys import service_account
 from tests.support import eventually, make_settings
+from tests.support.proxy import TcpProxy
 from tests.support.redis_cluster import ClusterUnderTest
 from workers.marmot import MarmotServer, open_marmot, shared_server
 from workers.server import MARMOT_CHANNELS
@@ -145,63 +146,12 @@ def event_dict(event: nostr.Event) -> dict[str, Any]:
     return dict(json.loads(event.as_json()))
 
 
-class SilentProxy:
-    """A TCP proxy on 127.0.0.1 in front of a relay; `silence()` stops forwarding in both directions
-    while keeping every connection open (a relay that hangs, or a half-open link)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self.connections = 0
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+class SilentProxy(TcpProxy):
+    """A proxy in front of a relay, whose `silent` hangs it (see TcpProxy)."""
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
-
-    @property
-    def silent(self) -> bool:
-        return not self._flowing.is_set()
-
-    @silent.setter
-    def silent(self, value: bool) -> None:
-        if value:
-            self._flowing.clear()
-        else:
-            self._flowing.set()
-
-    async def __aenter__(self) -> SilentProxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        pumps = [
-            asyncio.create_task(self._pump(reader, upstream_writer)),
-            asyncio.create_task(self._pump(upstream_reader, writer)),
-        ]
-        self._tasks.update(pumps)
-        await asyncio.gather(*pumps, return_exceptions=True)
-        for stream in (writer, upstream_writer):
-            stream.close()
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(65536):
-            await self._flowing.wait()
-            writer.write(data)
-            await writer.drain()
 
 
 def b64(content: bytes) -> str:
