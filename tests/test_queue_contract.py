@@ -521,6 +521,18 @@ async def test_a_commit_sent_again_adds_and_delays_nothing_twice(steady_queue: W
     assert await q.depth("in") == 0
 
 
+async def test_a_commit_of_thousands_of_entries_acknowledges_each_once(steady_queue: WorkQueue) -> None:
+    # The script acknowledges in chunks of a thousand ids.
+    q = steady_queue
+    await q.add("in", [b"%04d" % i for i in range(2500)])
+    entries = await read_all(q, "in")
+    assert len(entries) == 2500
+    due = time.time() + 3600
+    for _ in range(2):
+        await q.commit("in", follow_up([e.id for e in entries], due))
+    assert (await q.depth("in"), await q.depth("out"), await q.delayed_count()) == (0, 1, 2)
+
+
 async def test_a_late_commit_of_entries_reclaimed_and_committed_by_another_adds_nothing(
     queue: WorkQueue,
 ) -> None:

@@ -128,21 +128,16 @@ local streams = tonumber(ARGV[2])
 local delays_at = 3 + 2 * streams
 local acks_at = delays_at + 1 + 5 * tonumber(ARGV[delays_at])
 local acks = tonumber(ARGV[acks_at])
-local function each_chunk(command)
-  local done, count = 0, 0
-  while done < acks do
-    local ids = {}
-    for j = 1, math.min(1000, acks - done) do ids[j] = ARGV[acks_at + done + j] end
-    if command == 'XACK' then
-      count = count + redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-    else
-      redis.call('XDEL', KEYS[1], unpack(ids))
-    end
-    done = done + #ids
-  end
-  return count
+local chunks = {}  -- the ids a thousand at a time: unpack fails past Lua's stack limit (about 8,000)
+for first = 0, acks - 1, 1000 do
+  local ids = {}
+  for j = 1, math.min(1000, acks - first) do ids[j] = ARGV[acks_at + first + j] end
+  chunks[#chunks + 1] = ids
 end
-local acknowledged = each_chunk('XACK')
+local acknowledged = 0
+for _, ids in ipairs(chunks) do
+  acknowledged = acknowledged + redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
+end
 if acks == 0 or acknowledged > 0 then
   local a = 3
   for k = 1, streams do
@@ -156,7 +151,7 @@ if acks == 0 or acknowledged > 0 then
     delay(KEYS[2], ARGV[a], ARGV[a + 1], key, tonumber(ARGV[a + 3]), ARGV[a + 4]); a = a + 5
   end
 end
-each_chunk('XDEL')
+for _, ids in ipairs(chunks) do redis.call('XDEL', KEYS[1], unpack(ids)) end
 return acknowledged
 """
 )
