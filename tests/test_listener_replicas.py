@@ -23,16 +23,19 @@ from prometheus_client import REGISTRY
 from app.testing.fake_xmtpd import FakeXmtpd, group_message, group_topic
 from app.testing.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
-from tests.support.pipeline import Member, Stack, running_pipeline, wait_until
+from tests.support.pipeline import Member, Stack, hints_of, running_pipeline, wait_until
 
 redis_url = pipeline_support.redis_url
 redis_stack = pipeline_support.redis_stack
 
 NODE = 100
-MEMBERS = 12
-TOPICS = 4
+MEMBERS = 20
+TOPICS = 10
+# Each response carries an envelope of every topic: each listener adds them to their partitions in
+# one step, in one millisecond, so entries of different partitions share ids (the fan-out's claims
+# must tell them apart).
 STEPS = 30
-STEP_SECONDS = 0.1
+STEP_SECONDS = 0.2
 KILL_AT_STEP = 12
 
 
@@ -64,12 +67,6 @@ def fanned_out() -> float:
     return REGISTRY.get_sample_value("xmtp_push_envelopes_total", {"result": "fanned_out"}) or 0.0
 
 
-def hints_of(receiver: Receiver, member: Member) -> Counter[tuple[bytes, int]]:
-    return Counter(
-        (topic, sequence) for topic, sequence, _ in receiver.endpoints[member.endpoint.path].hints()
-    )
-
-
 async def test_two_listeners_fan_each_envelope_out_once_and_a_killed_one_loses_nothing(
     redis_stack: Stack, receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -97,10 +94,11 @@ async def test_two_listeners_fan_each_envelope_out_once_and_a_killed_one_loses_n
                     os.kill(victim.pid, signal.SIGKILL)
                     await asyncio.to_thread(victim.wait, 10)
                     await fake.wait_for(lambda: fake.open_streams == 1, 10, "the killed stream to close")
-                topic, sequence = topics[step % TOPICS], step + 1
-                sent_to = fake.publish([group_message(NODE, sequence, topic)])
+                # The node's sequence ids rise across its envelopes, whatever their topics.
+                hints = [(topic, step * TOPICS + i + 1) for i, topic in enumerate(topics)]
+                sent_to = fake.publish([group_message(NODE, sequence, topic) for topic, sequence in hints])
                 assert sent_to == (2 if step < KILL_AT_STEP else 1)
-                published.append((topic, sequence))
+                published += hints
                 await asyncio.sleep(STEP_SECONDS)
 
             expected = {
@@ -123,7 +121,7 @@ async def test_two_listeners_fan_each_envelope_out_once_and_a_killed_one_loses_n
                 assert got == want, {"missing": want - got, "extra": got - want}
             assert victim.returncode == -signal.SIGKILL
             # Both listeners queued the envelopes published before the kill; each fanned out once.
-            assert fanned_out() - before == STEPS
+            assert fanned_out() - before == STEPS * TOPICS
 
             survivor.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(survivor.wait, 20) == 0, log_tail(logs[1])

@@ -735,6 +735,26 @@ async def test_each_commit_lands_in_its_own_partition(make_queue: MakeQueue) -> 
     assert [(e.partition, e.payload) for e in await q.read("out", "c1", 10, 0.05)] == [(2, b"later from 2")]
 
 
+async def test_an_id_names_an_entry_within_its_partition_only(make_queue: MakeQueue) -> None:
+    """Entries added to several partitions in one millisecond share ids (each partition's stream
+    numbers its entries by the millisecond, then a sequence of its own): an entry is its partition
+    and its id together, and acknowledging one leaves the others with that id in flight."""
+    q = await make_queue(LONG_RECLAIM, 8)
+    for _ in range(50):  # one add to eight partitions; a millisecond's edge can split one, not fifty
+        await q.add_each("s", {p: [b"%d" % p] for p in range(8)})
+        entries = await read_all(q, "s")
+        assert len(entries) == 8
+        same_id = [e for e in entries if e.id == entries[0].id]
+        if len(same_id) > 1:
+            break
+        await q.commit_each("s", [Commit(ack=[e.id], partition=e.partition) for e in entries])
+    assert len(same_id) > 1, "no two partitions' entries shared an id in 50 adds"
+    await q.commit("s", Commit(ack=[same_id[0].id], partition=same_id[0].partition))
+    assert await q.depth("s") == 7
+    await q.commit("s", Commit(ack=[same_id[1].id], partition=same_id[1].partition))
+    assert await q.depth("s") == 6
+
+
 async def test_promotion_takes_the_earliest_due_across_partitions(make_queue: MakeQueue) -> None:
     q, now = await make_queue(LONG_RECLAIM, 8), time.time()
     await q.commit_each(

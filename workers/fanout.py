@@ -83,7 +83,11 @@ class FanoutWorker:
         """The entries' jobs with their partitions, less the envelopes already fanned out. A first
         page claims its envelope for its entry (which keeps its id when reclaimed after a crash,
         and so its claim); the same envelope taken in again, in this batch or later, finds the claim
-        held and is dropped. Later pages belong to the claim's holder."""
+        held and is dropped. Later pages belong to the claim's holder.
+
+        An entry is its partition and its id together: partitions added to in one millisecond give
+        their entries the same ids. A claim lives in its envelope's partition, so the id alone names
+        the owner there; the answers are looked up by both."""
         decoded = [(entry, job) for entry in entries if (job := _decode(entry)) is not None]
         firsts: dict[int, list[tuple[str, str]]] = {}
         for entry, job in decoded:
@@ -94,11 +98,15 @@ class FanoutWorker:
             *(self.queue.claim_once(claims, self.dedup_ttl, p) for p, claims in firsts.items())
         )
         held = {
-            owner: flag
-            for claims, answers in zip(firsts.values(), flags, strict=True)
+            (partition, owner): flag
+            for (partition, claims), answers in zip(firsts.items(), flags, strict=True)
             for (_, owner), flag in zip(claims, answers, strict=True)
         }
-        return [(entry.partition, job) for entry, job in decoded if not job.first_page or held[entry.id]]
+        return [
+            (entry.partition, job)
+            for entry, job in decoded
+            if not job.first_page or held[entry.partition, entry.id]
+        ]
 
 
 def _decode(entry: Entry) -> FanoutJob | None:

@@ -43,6 +43,9 @@ class PartitionCountMismatch(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Entry:
+    """An entry read from a stream. Its id is unique within its partition only: partitions added to
+    in the same millisecond number their entries alike, so an entry is `(partition, id)`."""
+
     id: str
     payload: bytes
     partition: int = 0
@@ -152,7 +155,8 @@ class WorkQueue(Protocol):
     async def claim_once(
         self, claims: Sequence[tuple[str, str]], ttl_seconds: int, partition: int = 0
     ) -> list[bool]:
-        """Per (key, owner): True if the key was free (now held by owner) or is held by that owner."""
+        """Per (key, owner): True if the key was free (now held by owner) or is held by that owner.
+        Keys and owners are the partition's own: the same key in another partition is another claim."""
 
     async def depth(self, stream: str) -> int:
         """Entries on the stream (all partitions) not yet acknowledged (waiting or in flight)."""

@@ -28,6 +28,17 @@ class _Pending:
 class _Stream:
     waiting: deque[Entry] = field(default_factory=deque)
     pending: dict[str, _Pending] = field(default_factory=dict)
+    last_id: tuple[int, int] = (0, -1)  # the milliseconds and sequence of the newest entry's id
+
+
+def _next_id(state: _Stream) -> str:
+    """An id as Redis makes one, the milliseconds of the addition first (see `oldest`), then a
+    sequence within that millisecond, per stream and partition: ids repeat across partitions, as
+    they do on Redis whenever two partitions take an entry in the same millisecond."""
+    last_ms, last_sequence = state.last_id
+    now_ms = int(time.time() * 1000)
+    state.last_id = (now_ms, 0) if now_ms > last_ms else (last_ms, last_sequence + 1)
+    return f"{state.last_id[0]}-{state.last_id[1]}"
 
 
 class MemoryQueue:
@@ -36,7 +47,7 @@ class MemoryQueue:
         self._partitions = partitions
         # stream -> partition -> its state
         self._streams: dict[str, dict[int, _Stream]] = {}
-        self._ids = itertools.count(1)
+        self._numbers = itertools.count(1)  # orders the delayed heap
         self._delayed: list[tuple[float, int, int, Delayed]] = []  # due, number, partition, entry
         self._keyed: dict[str, tuple[int, int]] = {}  # key -> (rank, heap number) of the one waiting
         self._claims: dict[str, tuple[str, float]] = {}
@@ -54,10 +65,9 @@ class MemoryQueue:
         return list(self._streams.get(name, {}).values())
 
     def _append(self, stream: str, payloads: Sequence[bytes], partition: int) -> None:
-        waiting = self._stream(stream, partition).waiting
-        # Ids as Redis makes them, the milliseconds of the addition first (see `oldest`).
-        added = int(time.time() * 1000)
-        waiting.extend(Entry(f"{added}-{next(self._ids)}", payload, partition) for payload in payloads)
+        state = self._stream(stream, partition)
+        for payload in payloads:
+            state.waiting.append(Entry(_next_id(state), payload, partition))
 
     async def add(self, stream: str, payloads: Sequence[bytes], partition: int = 0) -> None:
         await self.add_each(stream, {partition: payloads})
@@ -128,7 +138,7 @@ class MemoryQueue:
             self._push_delayed(delayed, commit.partition)
 
     def _push_delayed(self, delayed: Delayed, partition: int) -> None:
-        number = next(self._ids)
+        number = next(self._numbers)
         if delayed.key:
             waiting = self._keyed.get(delayed.key)
             if waiting is not None and waiting[0] > delayed.rank:

@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -341,6 +342,13 @@ def metric(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
 
 
 # --- the running pipeline ----------------------------------------------------------
+
+
+def hints_of(receiver: Receiver, member: Member) -> Counter[tuple[bytes, int]]:
+    """The (topic, sequence_id) hints `member`'s endpoint received, counted."""
+    return Counter(
+        (topic, sequence) for topic, sequence, _ in receiver.endpoints[member.endpoint.path].hints()
+    )
 
 
 @dataclass
