@@ -21,6 +21,7 @@ ADJUSTED = {
     "pywebpush": "README.md",
     "py-vapid": "README.md",
     "http-ece": "README.md",
+    "grpcio": "README.md",
 }
 EXACT = re.compile(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^;,\s]+)$")
 

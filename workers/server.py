@@ -17,6 +17,7 @@ import uvicorn
 from app.api.grpc_server import PortUnavailable, start_grpc_server
 from app.api.health import create_probe_app
 from app.api.main import create_app, create_gateway_app, served
+from app.api.read_slots import ReadSlots
 from app.core.channels import Channel
 from app.core.collector import settle_after_start_up
 from app.core.config import Settings
@@ -120,8 +121,9 @@ async def running_api(runtime: Runtime, *, fans_out: bool = False) -> AsyncItera
     """Start HTTP and gRPC on the configured addresses (port 0 picks a free one); `fans_out`: the
     workers run in this process too (`dev`), so its readiness includes the read replica's."""
     settings = runtime.settings
-    grpc_server, grpc_port = await start_grpc_server(runtime, settings.grpc_host, settings.grpc_port)
-    app = create_app(runtime, reads_replica=fans_out)
+    slots = ReadSlots()  # the request bodies both servers read at once, bounded together
+    grpc_server, grpc_port = await start_grpc_server(runtime, settings.grpc_host, settings.grpc_port, slots)
+    app = create_app(runtime, reads_replica=fans_out, read_slots=slots)
     try:
         async with running_http(served(app), settings, settings.http_port, "HTTP") as http:
             yield ApiServers(http.server, http.task, grpc_server, http.port, grpc_port)

@@ -18,6 +18,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from app.api.calls import METHODS, SERVICE_NAME, Method, invoke
 from app.api.error_details import grpc_trailers
+from app.api.grpc_bounds import CONNECTION_LIMITS, BoundedReads, ConnectionLimits, server_options
+from app.api.read_slots import ReadSlots
 from app.core.errors import Code, DomainError
 from app.runtime import Runtime
 
@@ -32,16 +34,6 @@ STATUS = {
     Code.INTERNAL: grpc.StatusCode.INTERNAL,
     Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
 }
-# Server-side bounds: no message of this API comes near 4 MiB (1000 adds of
-# 17..33-byte topics with three 42-byte keys each is about 170 KiB).
-SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", 4 * 1024 * 1024),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    # grpcio sets SO_REUSEPORT by default: a second server on the same port would start too, and the
-    # kernel would split the calls between the two. A taken port must stop start-up instead.
-    ("grpc.so_reuseport", 0),
-]
 
 
 class PortUnavailable(OSError):
@@ -96,9 +88,17 @@ def _in_use(host: str, port: int) -> bool:
     return False
 
 
-async def start_grpc_server(runtime: Runtime, host: str, port: int) -> tuple[grpc.aio.Server, int]:
-    """Start serving; returns the server and the bound port (useful when port is 0)."""
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+async def start_grpc_server(
+    runtime: Runtime,
+    host: str,
+    port: int,
+    slots: ReadSlots | None = None,
+    limits: ConnectionLimits = CONNECTION_LIMITS,
+) -> tuple[grpc.aio.Server, int]:
+    """Start serving; returns the server and the bound port (useful when port is 0). `slots`: the
+    process's read slots, shared with its HTTP server (a set of its own when None)."""
+    reads = BoundedReads(slots or ReadSlots(), runtime.settings.request_timeout_seconds)
+    server = grpc.aio.server(options=server_options(limits), interceptors=[reads])
     server.add_generic_rpc_handlers((notification_handler(runtime),))
     # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]

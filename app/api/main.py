@@ -8,6 +8,7 @@ from starlette.types import ASGIApp
 
 from app import __version__
 from app.api import connect, health, ingest, matrix, status
+from app.api.read_slots import ReadSlots
 from app.core.probes import Probes
 from app.matrix.service import Gateway
 from app.runtime import Runtime
@@ -20,9 +21,12 @@ DESCRIPTION = (
 )
 
 
-def create_app(runtime: Runtime | None = None, *, reads_replica: bool = False) -> FastAPI:
+def create_app(
+    runtime: Runtime | None = None, *, reads_replica: bool = False, read_slots: ReadSlots | None = None
+) -> FastAPI:
     """Build the app around a started runtime (None only to render the OpenAPI document);
-    `reads_replica`: the process reads from the read replica too, so it is ready only with it."""
+    `reads_replica`: the process reads from the read replica too, so it is ready only with it;
+    `read_slots`: the process's, shared with its gRPC server (a set of its own when None)."""
     # /docs is Swagger UI with its script, style and icon served from the fastapi-offline package
     # under /docs/static: it works on a host that reaches no CDN. Swagger UI's validator badge (an
     # image from its public validator site) is off for the same reason.
@@ -35,6 +39,7 @@ def create_app(runtime: Runtime | None = None, *, reads_replica: bool = False) -
         swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.runtime = runtime
+    app.state.read_slots = read_slots or ReadSlots()
     if runtime is not None:
         checks = ("database", "redis", "replica") if reads_replica else ("database", "redis")
         app.state.probes = runtime.probes(*checks)
