@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.api.bodies import MAX_LENGTH_DIGITS, content_length
+from app.api.bodies import FIRST_WINDOW_BYTES, MAX_LENGTH_DIGITS, collect_chunks, content_length
+from app.api.read_slots import ReadSlots
 from tests.support import Api, make_settings, running
 
 TOKEN = "ingest-test-token"
@@ -147,3 +148,19 @@ def test_a_content_length_of_more_digits_than_python_converts_reads_as_too_large
     assert content_length(b"9" * 5000) == 10**MAX_LENGTH_DIGITS
     assert content_length(b"512") == 512
     assert content_length(b"") is None and content_length(b"-1") is None
+
+
+async def test_a_body_past_its_first_window_waits_for_a_read_slot() -> None:
+    """Connect, ingest and notify bodies share this: past 64 KiB a body is read under a slot."""
+    slots = ReadSlots(total=2)  # one of them for HTTP bodies
+
+    async def chunks(count: int) -> AsyncIterator[bytes]:
+        for _ in range(count):
+            yield bytes(32 * 1024)
+
+    async with slots.slot():  # the HTTP bodies' one slot, held by another request
+        assert len(await collect_chunks(chunks(2), None, MIB, slots)) == FIRST_WINDOW_BYTES
+        larger = asyncio.create_task(collect_chunks(chunks(4), None, MIB, slots))
+        await asyncio.sleep(0.2)
+        assert not larger.done()
+    assert len(await asyncio.wait_for(larger, 10)) == 4 * 32 * 1024

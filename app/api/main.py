@@ -63,6 +63,7 @@ def create_gateway_app(gateway: Gateway) -> FastAPI:
     app = FastAPI(title="xmtp-push gateway", version=__version__, description=GATEWAY_DESCRIPTION)
     app.state.runtime = None
     app.state.gateway = gateway
+    app.state.read_slots = ReadSlots()
     app.state.probes = Probes({"providers": gateway.providers_ready})
     app.include_router(matrix.router)
     app.include_router(health.router)
@@ -71,4 +72,4 @@ def create_gateway_app(gateway: Gateway) -> FastAPI:
 
 def served(app: FastAPI) -> ASGIApp:
     """What the HTTP server runs: the app with the Matrix notify route answered in front of it."""
-    return matrix.NotifyFastPath(app, app.state.gateway)
+    return matrix.NotifyFastPath(app, app.state.gateway, app.state.read_slots)

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.bodies import BodyTooLarge, collect_chunks, content_length, declared_length
+from app.api.read_slots import ReadSlots
 from app.core.metrics import matrix_notifications_total, matrix_notify_seconds
 from app.matrix.notification import BadNotification, parse_notification
 from app.matrix.service import Gateway
@@ -124,14 +125,14 @@ class NotifyFastPath:
     as the push itself. The answers are the documented route's (`answer`), which serves the same
     when this is not in front."""
 
-    def __init__(self, app: ASGIApp, gateway: Gateway | None) -> None:
-        self.app, self.gateway = app, gateway
+    def __init__(self, app: ASGIApp, gateway: Gateway | None, slots: ReadSlots) -> None:
+        self.app, self.gateway, self.slots = app, gateway, slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != NOTIFY_PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        status, document, headers = await answer(self.gateway, _chunks(receive), _declared(scope))
+        status, document, headers = await answer(self.gateway, _chunks(receive), _declared(scope), self.slots)
         body = NOTHING_REJECTED if document == _NOTHING_REJECTED else _json_bytes(document)
         extra = [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
         fixed = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
@@ -143,7 +144,7 @@ class NotifyFastPath:
 async def notify(request: Request) -> JSONResponse:
     # The route as documented; NotifyFastPath answers it ahead of the router.
     status, document, headers = await answer(
-        request.app.state.gateway, request.stream(), declared_length(request)
+        request.app.state.gateway, request.stream(), declared_length(request), request.app.state.read_slots
     )
     return JSONResponse(document, status_code=status, headers=headers)
 
@@ -166,22 +167,27 @@ def _count(status: int) -> None:
     counter.inc()
 
 
-async def answer(gateway: Gateway | None, chunks: AsyncIterator[bytes], declared: int | None) -> Answer:
-    """A notify request's answer (status, JSON document, extra headers), counted and timed."""
+async def answer(
+    gateway: Gateway | None, chunks: AsyncIterator[bytes], declared: int | None, slots: ReadSlots
+) -> Answer:
+    """A notify request's answer (status, JSON document, extra headers), counted and timed; its body
+    past the first window read under one of `slots`."""
     started = time.perf_counter()
-    result = await _answer(gateway, chunks, declared)
+    result = await _answer(gateway, chunks, declared, slots)
     _count(result[0])
     matrix_notify_seconds.observe(time.perf_counter() - started)
     return result
 
 
-async def _answer(gateway: Gateway | None, chunks: AsyncIterator[bytes], declared: int | None) -> Answer:
+async def _answer(
+    gateway: Gateway | None, chunks: AsyncIterator[bytes], declared: int | None, slots: ReadSlots
+) -> Answer:
     if gateway is None:
         return _error(404, "M_UNRECOGNIZED", "Unrecognized request: no push gateway apps are configured")
     arrived_at = time.monotonic()  # one timeout for the body and the sending
     try:
         with gateway.deadlines.bound(until=arrived_at + gateway.timeout_seconds):
-            body = await collect_chunks(chunks, declared, MAX_BODY_BYTES)
+            body = await collect_chunks(chunks, declared, MAX_BODY_BYTES, slots)
         notification = parse_notification(body)
     except BodyTooLarge:
         return _error(413, "M_TOO_LARGE", f"body is larger than {MAX_BODY_BYTES} bytes")
