@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.core import metrics
 from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.database import create_engine, create_read_engine, create_session_factory
 from app.core.dependencies import DependencyLog
@@ -29,6 +31,8 @@ from app.recipients.service import RecipientRules
 from app.recipients.types import DELIVERY_CHANNELS
 
 # Every stream of the queue: envelopes to fan out, then one per XMTP channel.
+# A scrape waits this long at most for each service to answer.
+DEPENDENCY_CHECK_SECONDS = 1.0
 STREAMS = (ENVELOPES, *(delivery_stream(c) for c in DELIVERY_CHANNELS.values()))
 
 log = logging.getLogger(__name__)
@@ -72,8 +76,15 @@ class Runtime:
         return all((a.channel, a.app) in built for a in default_apps(self.settings))
 
     async def sample_gauges(self) -> None:
-        """The gauges read just before a scrape: the providers' state, and the backlog from the queue."""
+        """The gauges read just before a scrape: the providers' state, whether the database and Redis
+        answer, and the backlog from the queue (left out when it cannot be read)."""
         self.providers.sample_gauges()
+        services = {"database": self.database_ready}
+        if isinstance(self.queue, RedisQueue):
+            services["redis"] = self.queue_ready
+        answers = await asyncio.gather(*(_answers_within(check) for check in services.values()))
+        for name, answered in zip(services, answers, strict=True):
+            metrics.dependency_up.labels(name).set(1 if answered else 0)
         if self.queue is not None:
             await sample_backlog(self.queue, STREAMS)
 
@@ -89,6 +100,14 @@ class Runtime:
         configured = {"redis": bool(self.settings.redis_url), "replica": self.replica is not None}
         names = [name for name in checks if configured.get(name, True)]
         return Probes({name: known[name] for name in names}, self.sample_gauges)
+
+
+async def _answers_within(check: Callable[[], Awaitable[bool]]) -> bool:
+    """Whether `check` says yes within a second (a scrape waits for it)."""
+    try:
+        return await asyncio.wait_for(check(), DEPENDENCY_CHECK_SECONDS)
+    except Exception:
+        return False
 
 
 async def _answers(engine: AsyncEngine) -> bool:

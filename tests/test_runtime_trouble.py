@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import re
 import secrets
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
@@ -33,9 +31,10 @@ from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.testing.fake_xmtpd import FakeXmtpd
 from app.testing.webhook_receiver import Receiver
 from tests.support import POSTGRES_ADMIN_DSN, create_sqlite_database, make_settings, running
-from tests.support.ops import channel_env, child_env, free_port, register, required_tool, xmtp_push
+from tests.support.ops import channel_env, child_env, free_port, register, xmtp_push
+from tests.support.own_redis import redis_server
 from tests.support.pipeline import REDIS_TEST_URL
-from tests.support.process import Child, child, wait_answering
+from tests.support.process import Child, child, events, wait_answering
 
 SERVER = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].split("://", 1)[1].split("@")[-1]  # host:port
 PASSWORD = "pw-" + secrets.token_hex(6)
@@ -58,17 +57,6 @@ WELCOME = {
 
 def postgres(database: str, user: str) -> str:
     return f"postgresql+asyncpg://{user}:{PASSWORD}@{SERVER}/{database}"
-
-
-def events(process: Child) -> list[dict[str, object]]:
-    """The JSON log lines of the process (anything else it printed is left out)."""
-    found = []
-    for line in process.lines:
-        try:
-            found.append(json.loads(line))
-        except ValueError:
-            continue
-    return [event for event in found if isinstance(event, dict)]
 
 
 def naming(process: Child, setting: str) -> list[str]:
@@ -202,7 +190,7 @@ async def test_a_worker_says_once_that_redis_is_down_and_once_that_it_is_back(tm
     async with child("worker", ["worker"], env) as worker:
         await worker.line(re.compile("XMTP_PUSH_REDIS_URL: Redis is unreachable"))
         await asyncio.sleep(3)  # every loop has met the outage by now, several times
-        async with redis_server(port):
+        async with redis_server(port, keeps_in=tmp_path):  # kept, so no warning that it keeps nothing
             await worker.line(re.compile("XMTP_PUSH_REDIS_URL: Redis answers again"), timeout=30)
             await asyncio.sleep(1)
             assert await worker.stop() == 0
@@ -212,22 +200,6 @@ async def test_a_worker_says_once_that_redis_is_down_and_once_that_it_is_back(tm
     assert told[1] == "XMTP_PUSH_REDIS_URL: Redis answers again"
     assert not any("Redis or the database" in line for line in worker.lines)
     assert_no_errors(worker)
-
-
-@asynccontextmanager
-async def redis_server(port: int) -> AsyncIterator[None]:
-    """A Redis server of the test's own on `port`, stopped on the way out."""
-    server = await asyncio.create_subprocess_exec(
-        required_tool("redis-server", "redis-server"),
-        *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        yield
-    finally:
-        server.terminate()
-        await server.wait()
 
 
 async def test_listen_is_not_ready_until_the_firehose_is_open_and_names_the_node_setting(

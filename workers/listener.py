@@ -304,6 +304,8 @@ class Listener:
     async def _enter(self, state: str) -> None:
         self._state = state
         metrics.listener_state.set(LISTENER_STATES.index(state))
+        if state != "stopped":  # xmtpd serves while the stream is open (catching up, then live)
+            metrics.dependency_up.labels("xmtpd").set(0 if state == "connecting" else 1)
         await self._report_lag()
 
     def _lag_envelopes(self) -> int:

@@ -47,6 +47,8 @@ th:first-child,td:first-child{{text-align:left}} svg{{background:#fff;border:1px
 </style></head><body>
 <h1>xmtp-push status</h1>
 <p>Version {version}, up {uptime}. Generated {generated} UTC; refreshes every 15 s.</p>
+<h2>Dependencies</h2>
+{dependencies}
 <h2>Channels</h2>
 {channels}
 <h2>Listener</h2>
@@ -135,11 +137,29 @@ def _duration(seconds: float) -> str:
     return f"{days} d {hours} h {minutes} min" if days else f"{hours} h {minutes} min"
 
 
+def _dependencies(stats: Stats) -> str:
+    classes = {"ok": "ok", "unavailable": "bad"}
+    rows = [
+        f'<tr><td>{name}</td><td class="{classes.get(state, "off")}">{html.escape(state)}</td></tr>'
+        for name, state in stats.dependencies.items()
+    ]
+    return f"<table><tr><th>service</th><th>state</th></tr>{''.join(rows)}</table>"
+
+
 def _queues(stats: Stats) -> str:
     if stats.queue_depths is None:
+        if stats.dependencies.get("redis") == "unavailable":
+            return "<p>Unknown: Redis does not answer.</p>"
         return "<p>No queue configured.</p>"
     rows = [[k, str(v)] for k, v in stats.queue_depths.items()]
     return _table(["queue", "depth"], [*rows, ["retries waiting", str(stats.retries_waiting)]])
+
+
+def _recipients(stats: Stats) -> str:
+    if stats.recipients is None:
+        return "<p>Unknown: the database does not answer.</p>"
+    rows = [[c, str(n)] for c, n in stats.recipients.items()]
+    return _table(["channel", "recipients"], rows) + f"<p>{stats.subscriptions} subscriptions.</p>"
 
 
 def _outcomes(stats: Stats) -> str:
@@ -158,6 +178,7 @@ def render(stats: Stats, configured: set[str]) -> str:
         version=html.escape(__version__),
         uptime=_duration(time.time() - STARTED),
         generated=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stats.generated)),
+        dependencies=_dependencies(stats),
         channels=_channels(stats, configured),
         listener=html.escape(listener),
         listener_class=listener_class,
@@ -171,8 +192,7 @@ def render(stats: Stats, configured: set[str]) -> str:
         backlog_legend=legend(QUEUE_COLORS, list(backlog)),
         outcomes=_outcomes(stats),
         queues=_queues(stats),
-        recipients=_table(["channel", "recipients"], [[c, str(n)] for c, n in stats.recipients.items()])
-        + f"<p>{stats.subscriptions} subscriptions.</p>",
+        recipients=_recipients(stats),
     )
 
 
@@ -184,4 +204,4 @@ def render(stats: Stats, configured: set[str]) -> str:
 async def status(request: Request) -> HTMLResponse:
     runtime = request.app.state.runtime
     configured = {provider.channel for provider in runtime.providers}
-    return HTMLResponse(render(await collect_stats(runtime), configured))
+    return HTMLResponse(render(await collect_stats(runtime, unknown_while_down=True), configured))

@@ -25,7 +25,15 @@ deliveries_total = Counter("xmtp_push_deliveries", "Delivery outcomes", ["channe
 delivery_seconds = Histogram(
     "xmtp_push_delivery_seconds", "One delivery attempt's duration", ["channel"], buckets=DELIVERY_BUCKETS
 )
+# Absent while the queue cannot be read: an unknown depth must not look like an empty queue.
 queue_depth = Gauge("xmtp_push_queue_depth", "Entries waiting or in flight", ["queue"])
+queue_resets_total = Counter(
+    "xmtp_push_queue_resets", "Times Redis was found to have restarted without the queue's data"
+)
+# dependency: database | redis (read at each scrape) | xmtpd (the listener's stream)
+dependency_up = Gauge(
+    "xmtp_push_dependency_up", "Whether a service this process uses answers", ["dependency"]
+)
 inflight = Gauge("xmtp_push_inflight", "Delivery attempts in flight", ["channel"])
 
 # kind: group_message | welcome | identity_update | key_package | payer_report | ... | malformed

@@ -121,8 +121,9 @@ def run_stats(settings: Settings, args: argparse.Namespace) -> int:
 def format_stats(stats: Stats) -> str:
     from app.ops.stats import listener_summary
 
+    # `stats` reads strictly (a service down exits with its code): nothing here is unknown.
     lines = ["recipients:"]
-    lines += [f"  {channel:<6} {count}" for channel, count in stats.recipients.items()]
+    lines += [f"  {channel:<6} {count}" for channel, count in (stats.recipients or {}).items()]
     lines.append(f"subscriptions: {stats.subscriptions}")
     if stats.queue_depths is None:
         lines.append("queues: none configured (XMTP_PUSH_REDIS_URL unset)")

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from app.ops import repository
-from app.queue.activity import CREDENTIALS_REFUSED, SIGNALS, ListenerState, MinuteCount
+from app.ops.failures import tell_or_log
+from app.queue.activity import CREDENTIALS_REFUSED, SIGNALS, ListenerState, MinuteCount, RedisActivityLog
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.types import WireChannel
 from app.runtime import Runtime
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 HOUR = 3600
+UNKNOWN_WHILE_DOWN = "the status shows what it holds as unknown until it answers"
 CHANNELS = tuple(c for c in WireChannel if c is not WireChannel.UNSPECIFIED)
 CHANNEL_LABELS = tuple(c.channel for c in CHANNELS)
 # Final outcomes that are not a delivery (suppressed is neither: nothing was sent).
@@ -23,9 +30,9 @@ LISTENER_STALE_SECONDS = 120.0
 
 @dataclass(slots=True)
 class Stats:
-    recipients: dict[str, int]  # by channel label
-    subscriptions: int
-    queue_depths: dict[str, int] | None  # None without a queue
+    recipients: dict[str, int] | None  # by channel label; None while the database does not answer
+    subscriptions: int | None
+    queue_depths: dict[str, int] | None  # None without a queue, or while it cannot be read
     retries_waiting: int | None
     outcomes: dict[str, dict[str, int]]  # channel -> outcome -> count, last hour
     minutes: list[MinuteCount] = field(default_factory=list)  # per-minute outcomes, last hour
@@ -35,20 +42,30 @@ class Stats:
     # the backlog (per queue); see app/queue/activity.py.
     series: list[MinuteCount] = field(default_factory=list)
     credentials_refused: dict[str, int] = field(default_factory=dict)  # by channel, last hour
+    # database, redis: ok | unavailable | not configured (what is read from one that is unavailable
+    # is unknown, not zero)
+    dependencies: dict[str, str] = field(default_factory=dict)
 
 
-async def collect_stats(runtime: Runtime) -> Stats:
-    async with runtime.sessions() as session:
-        by_channel = await repository.recipients_by_channel(session)
-        subscriptions = await repository.subscription_count(session)
+async def collect_stats(runtime: Runtime, *, unknown_while_down: bool = False) -> Stats:
+    """What the deployment shows now. A service that does not answer raises its failure (`stats`
+    exits with its code), or with `unknown_while_down` (the status page) leaves its part unknown."""
     now = time.time()
-    recorded = await runtime.activity.since(now - HOUR, now) if runtime.activity else []
-    minutes = [m for m in recorded if m.outcome not in SIGNALS]
-    series = [m for m in recorded if m.outcome in SIGNALS]
-    listener = await runtime.activity.listener() if runtime.activity else None
-    depths, retries = await _queue_depths(runtime)
+
+    async def read(part: Awaitable[T]) -> T | None:
+        return await (_unless_down(runtime, part) if unknown_while_down else part)
+
+    counts = await read(_database_counts(runtime))
+    activity = runtime.activity
+    recorded = await read(activity.since(now - HOUR, now)) if activity else []
+    listener = await read(activity.listener()) if activity else None
+    queued = await read(_queue_depths(runtime)) if runtime.queue is not None else None
+    minutes = [m for m in recorded or [] if m.outcome not in SIGNALS]
+    series = [m for m in recorded or [] if m.outcome in SIGNALS]
+    by_channel, subscriptions = counts or (None, None)
+    depths, retries = queued or (None, None)
     return Stats(
-        recipients={c.channel: by_channel.get(int(c), 0) for c in CHANNELS},
+        recipients=None if by_channel is None else {c.channel: by_channel.get(int(c), 0) for c in CHANNELS},
         subscriptions=subscriptions,
         queue_depths=depths,
         retries_waiting=retries,
@@ -58,13 +75,35 @@ async def collect_stats(runtime: Runtime) -> Stats:
         generated=now,
         series=series,
         credentials_refused=_refusals(series),
+        dependencies=_dependencies(runtime, database=counts is not None, redis=recorded is not None),
     )
 
 
-async def _queue_depths(runtime: Runtime) -> tuple[dict[str, int] | None, int | None]:
+async def _unless_down(runtime: Runtime, read: Awaitable[T]) -> T | None:
+    """What `read` gives, or None when its service does not answer (said once per outage)."""
+    try:
+        return await read
+    except Exception as error:
+        tell_or_log(error, runtime.dependencies, UNKNOWN_WHILE_DOWN, log, "a part of the status failed")
+        return None
+
+
+def _dependencies(runtime: Runtime, *, database: bool, redis: bool) -> dict[str, str]:
+    uses_redis = isinstance(runtime.activity, RedisActivityLog)
+    return {
+        "database": "ok" if database else "unavailable",
+        "redis": ("ok" if redis else "unavailable") if uses_redis else "not configured",
+    }
+
+
+async def _database_counts(runtime: Runtime) -> tuple[dict[int, int], int]:
+    async with runtime.sessions() as session:
+        return await repository.recipients_by_channel(session), await repository.subscription_count(session)
+
+
+async def _queue_depths(runtime: Runtime) -> tuple[dict[str, int], int]:
     queue = runtime.queue
-    if queue is None:
-        return None, None
+    assert queue is not None
     streams = [ENVELOPES, *(delivery_stream(c.channel) for c in CHANNELS)]
     return {stream: await queue.depth(stream) for stream in streams}, await queue.delayed_count()
 

@@ -16,7 +16,19 @@ RETRIES = "retries"
 
 
 async def sample_backlog(queue: WorkQueue, streams: Sequence[str]) -> dict[str, int]:
-    """Set the backlog gauges; returns the depths (with retries waiting under "retries")."""
+    """Set the backlog gauges; returns the depths (with retries waiting under "retries"). When the
+    queue cannot be read, the gauges are left out until it can (an unknown depth must not read as
+    an empty queue, nor as the last one seen), and the error is raised."""
+    try:
+        return await _sample(queue, streams)
+    except Exception:
+        metrics.queue_depth.clear()
+        metrics.queue_oldest_seconds.clear()
+        metrics.retries_waiting.set(float("nan"))  # no labels to leave out: NaN, Prometheus' unknown
+        raise
+
+
+async def _sample(queue: WorkQueue, streams: Sequence[str]) -> dict[str, int]:
     now = time.time()
     depths: dict[str, int] = {}
     for stream in streams:

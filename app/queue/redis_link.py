@@ -72,9 +72,10 @@ class RedisLink:
         mode: ClusterMode = "auto",
         max_connections: int = 64,
         on_connect: Connected | None = None,
+        on_recover: Callable[[], None] | None = None,
     ) -> None:
         self._url, self._mode, self._max_connections = url, mode, max_connections
-        self._on_connect = on_connect
+        self._on_connect, self._on_recover = on_connect, on_recover
         self._client: Any = None
         self._connecting = asyncio.Lock()
         self._slots = asyncio.Semaphore(max_connections)
@@ -182,6 +183,8 @@ class RedisLink:
             log.warning("redis: unavailable (%s); retrying with backoff", type(error).__name__)
         else:
             log.warning("redis: available again")
+            if self._on_recover is not None:
+                self._on_recover()
 
     async def server_client(self) -> Redis:
         """A plain client of one server, for a subscription: the Redis itself, or a node of the

@@ -30,6 +30,7 @@ from redis.exceptions import ResponseError
 
 from app.queue.base import Commit, Entry, PartitionCountMismatch
 from app.queue.doorbell import Doorbell
+from app.queue.kept import KeptWatch, warn_if_not_kept
 from app.queue.redis_calls import (
     ADD,
     CLAIM,
@@ -98,6 +99,8 @@ class RedisQueue:
         self._groups: set[str] = set()
         self._feeds: dict[str, _Feed] = {}
         self._doorbell = Doorbell(link, self._wake)
+        self._kept = KeptWatch(self._all)
+        self._looking: asyncio.Task[None] | None = None
 
     @classmethod
     def from_url(
@@ -109,7 +112,13 @@ class RedisQueue:
         max_connections: int = 64,
     ) -> RedisQueue:
         queue: RedisQueue
-        link = RedisLink(url, cluster, max_connections, on_connect=lambda c: queue._connected(c))
+        link = RedisLink(
+            url,
+            cluster,
+            max_connections,
+            on_connect=lambda c: queue._connected(c),
+            on_recover=lambda: queue._recovered(),
+        )
         queue = cls(link, reclaim_seconds, partitions)
         return queue
 
@@ -129,6 +138,17 @@ class RedisQueue:
 
     async def _connected(self, client: Any) -> None:
         await self._check_partitions(client)
+        await warn_if_not_kept(client)
+        await self._kept.look(client)
+
+    def _recovered(self) -> None:
+        """Redis serves again after an outage: did it keep the queue? (Looked at aside, once at a time.)"""
+        if self._looking is None or self._looking.done():
+            self._looking = asyncio.create_task(self._look_again())
+
+    async def _look_again(self) -> None:
+        with contextlib.suppress(Exception):  # an outage again: the next recovery looks
+            await self._link.run(self._kept.look, retry=False)
 
     async def _check_partitions(self, client: Any) -> None:
         await client.set(PARTITIONS_KEY, self._partitions, nx=True)
@@ -368,6 +388,9 @@ class RedisQueue:
             return False
 
     async def close(self) -> None:
+        if self._looking is not None:
+            self._looking.cancel()
+            await asyncio.gather(self._looking, return_exceptions=True)
         await self._doorbell.close()
         await self._link.close()
 

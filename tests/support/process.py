@@ -4,6 +4,7 @@ output is read as it comes, their probe port found in their log, and they always
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -77,6 +78,17 @@ class Child:
         if self.reader is not None:
             await self.reader
         return self.process.returncode
+
+
+def events(process: Child) -> list[dict[str, object]]:
+    """The JSON log lines of the process (anything else it printed is left out)."""
+    found = []
+    for line in process.lines:
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return [event for event in found if isinstance(event, dict)]
 
 
 @asynccontextmanager
