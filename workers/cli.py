@@ -136,12 +136,15 @@ def _marmot(settings: Settings, args: argparse.Namespace) -> None:
         print(key.public_hex)
         print(key.npub)
         return
+    from app.delivery.registry import CHANNELS, FLAT_CHANNELS, configured_by
+    from app.marmot.dispatch import MARMOT_CHANNELS
     from workers.server import serve_marmot
 
     if not settings.marmot_relays:
         _refuse("XMTP_PUSH_MARMOT_RELAYS: required by `marmot`")
-    if not (settings.apns_configured or settings.fcm_configured):
-        _refuse("`marmot` needs APNs or FCM configured (XMTP_PUSH_APNS_* or XMTP_PUSH_FCM_SERVICE_ACCOUNT)")
+    if not any(FLAT_CHANNELS[channel].configured(settings) for channel in MARMOT_CHANNELS):
+        labels = " or ".join(CHANNELS[channel].label for channel in MARMOT_CHANNELS)
+        _refuse(f"`marmot` needs {labels} configured: {configured_by(MARMOT_CHANNELS)}")
     run_loop(settings, serve_marmot(settings))
 
 

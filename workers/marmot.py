@@ -20,10 +20,10 @@ import aiohttp
 from redis.asyncio import Redis
 
 from app.core import metrics
-from app.core.channels import Channel
 from app.core.config import MARMOT_MAX_FRAME_BYTES, Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup
+from app.marmot.dispatch import MARMOT_CHANNELS
 from app.marmot.keys import ServerKey
 from app.marmot.pending import PendingTriggers, TriggerSink
 from app.marmot.relay_session import RelaySession
@@ -104,8 +104,8 @@ class MarmotServer:
         return bool(self.subscribed)
 
     async def can_push(self) -> bool:
-        """At least one of APNs and FCM configured (readiness)."""
-        return self._providers.get(Channel.APNS) is not None or self._providers.get(Channel.FCM) is not None
+        """At least one of Marmot's channels configured (readiness)."""
+        return any(self._providers.get(channel) is not None for channel in MARMOT_CHANNELS)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve every relay until `stop` is set; then let pending and in-flight triggers finish

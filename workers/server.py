@@ -18,12 +18,12 @@ from app.api.grpc_server import PortUnavailable, start_grpc_server
 from app.api.health import create_probe_app
 from app.api.main import create_app, create_gateway_app, served
 from app.api.read_slots import ReadSlots
-from app.core.channels import Channel
 from app.core.collector import settle_after_start_up
 from app.core.config import Settings
 from app.core.probes import Check, Probes
 from app.delivery.egress import EgressProxy
 from app.delivery.registry import ProviderRegistry, default_apps
+from app.marmot.dispatch import MARMOT_CHANNELS
 from app.matrix.service import Gateway
 from app.ops.checks import check_dependencies_at_start
 from app.ops.failures import DATABASE_READ_URL, classify_replica
@@ -37,8 +37,6 @@ from workers.sweeper import run_sweeper
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 10
 # A background job runs until `stop` is set, then finishes what it holds.
-# Marmot wakes apps through APNs and FCM only.
-MARMOT_CHANNELS = (Channel.APNS, Channel.FCM)
 BackgroundJob = Callable[[Runtime, asyncio.Event], Coroutine[Any, Any, None]]
 # A worker is ready when it can take work (Redis), send it (providers) and, when one is configured,
 # read fan-out pages and targets from the read replica.

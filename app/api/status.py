@@ -15,21 +15,22 @@ from fastapi.responses import HTMLResponse
 from app import __version__
 from app.api.charts import last_hour, legend, lines, stacked_bars
 from app.core.channels import Channel
+from app.delivery.registry import CHANNELS
 from app.ops.stats import CHANNEL_LABELS, FAILURES, Stats, collect_stats, listener_summary
 from app.queue.activity import MinuteCount
+from app.queue.backlog import RETRIES
+from app.queue.base import ENVELOPES, delivery_stream
 
 router = APIRouter(tags=["operations"])
 
-COLORS: dict[str, str] = {Channel.APNS: "#1f77b4", Channel.FCM: "#ff7f0e", Channel.HTTP: "#2ca02c"}
+COLORS: dict[str, str] = {channel: CHANNELS[channel].color for channel in CHANNEL_LABELS}
 # Failures in red (failed: retries ran out; rejected: refused for good); a gone target (dead) and a token
 # of another app (mismatch) apart from them.
 FAILURE_COLORS = {"failed": "#d62728", "rejected": "#8b0000", "mismatch": "#9467bd", "dead": "#7f7f7f"}
 QUEUE_COLORS = {
-    "envelopes": "#8c564b",
-    "deliveries.apns": COLORS[Channel.APNS],
-    "deliveries.fcm": COLORS[Channel.FCM],
-    "deliveries.http": COLORS[Channel.HTTP],
-    "retries": "#e377c2",
+    ENVELOPES: "#8c564b",
+    **{delivery_stream(channel): COLORS[channel] for channel in CHANNEL_LABELS},
+    RETRIES: "#e377c2",
 }
 # A failure share above this marks a channel failing (the alert rule's threshold).
 FAILING_RATIO = 0.1

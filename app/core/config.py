@@ -31,6 +31,10 @@ MALFORMED_URL = "not a well-formed URL (check the host, the port and that specia
 MARMOT_RELAY_WATCHDOG_SECONDS = 60.0
 # A 32-chunk trigger makes a gift wrap of about 120 KiB; no frame a relay sends us may be larger.
 MARMOT_MAX_FRAME_BYTES = 256 * 1024
+# The flat settings that, all set, configure a channel's default app (app.delivery.registry.CHANNELS).
+APNS_REQUIRED = ("apns_key", "apns_key_id", "apns_team_id", "apns_bundle_id")
+FCM_REQUIRED = ("fcm_service_account",)
+WEBHOOK_REQUIRED = ("http_enabled",)
 
 
 class SettingsError(Exception):
@@ -224,15 +228,17 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
         return tuple(sources)
 
-    # Channels are "configured" when their settings are present; unusable
-    # credentials are refused at start-up by the channel's provider.
+    def all_set(self, names: tuple[str, ...]) -> bool:
+        """Every setting named is set (a channel's required ones: its default app is configured)."""
+        return all(getattr(self, name) for name in names)
+
     @property
     def apns_configured(self) -> bool:
-        return all((self.apns_key, self.apns_key_id, self.apns_team_id, self.apns_bundle_id))
+        return self.all_set(APNS_REQUIRED)
 
     @property
     def fcm_configured(self) -> bool:
-        return bool(self.fcm_service_account)
+        return self.all_set(FCM_REQUIRED)
 
     @property
     def marmot_configured(self) -> bool:

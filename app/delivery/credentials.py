@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import NameOID
 from py_vapid import Vapid, VapidException
 
-from app.core.config import ENV_PREFIX, Settings, SettingsError
+from app.core.config import APNS_REQUIRED, ENV_PREFIX, FCM_REQUIRED, Settings, SettingsError
 
 APPLE_HOSTS = {"production": "https://api.push.apple.com", "sandbox": "https://api.sandbox.push.apple.com"}
 FCM_ENDPOINT = "https://fcm.googleapis.com"
@@ -197,7 +197,7 @@ def _vapid_contact(vapid: Vapid, email: str, name: str) -> str:
 
 def apns_credentials(settings: Settings) -> ApnsCredentials | None:
     """The default app's APNs credentials, from the flat XMTP_PUSH_APNS_* settings."""
-    if not settings.apns_configured:
+    if not settings.all_set(APNS_REQUIRED):
         return None
     assert settings.apns_key and settings.apns_key_id and settings.apns_team_id and settings.apns_bundle_id
     return load_apns(
@@ -214,8 +214,9 @@ def apns_credentials(settings: Settings) -> ApnsCredentials | None:
 
 def fcm_credentials(settings: Settings) -> FcmCredentials | None:
     """The default app's FCM credentials, from the flat XMTP_PUSH_FCM_* settings."""
-    if not settings.fcm_service_account:
+    if not settings.all_set(FCM_REQUIRED):
         return None
+    assert settings.fcm_service_account
     return load_fcm(
         settings.fcm_service_account,
         endpoint=settings.fcm_endpoint,

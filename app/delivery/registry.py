@@ -1,8 +1,11 @@
-"""The providers of every configured (channel, app), built once at start-up and held by the process.
+"""The delivery channels, one descriptor each, and the providers of every configured (channel, app),
+built once at start-up and held by the process.
 
-A channel is one provider module and one line in CHANNELS; an app is one set of credentials for
-it. The flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* / XMTP_PUSH_HTTP_* settings are the default app;
-a source with apps of its own (a Matrix gateway's config file) adds its `ChannelApp`s.
+A channel is one provider module and one line in CHANNELS: its descriptor, from which the registry,
+`config check`, /status, the workers and the recipients' rules read what they need of it. An app is
+one set of credentials for it. The flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* / XMTP_PUSH_HTTP_*
+settings are the default app; a source with apps of its own (a Matrix gateway's config file) adds
+its `ChannelApp`s.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, Concatenate, Generic, NamedTuple, TypeVar
 
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
-from app.core.config import Settings
+from app.core.config import APNS_REQUIRED, ENV_PREFIX, FCM_REQUIRED, WEBHOOK_REQUIRED, Settings
 from app.delivery.credentials import ApnsCredentials, FcmCredentials, apns_credentials, fcm_credentials
 from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.provider import Provider
@@ -33,28 +36,103 @@ ChannelCredentials = ApnsCredentials | FcmCredentials | WebhookConfig | WebPushC
 C = TypeVar("C")
 
 
+def webhook_config(settings: Settings) -> WebhookConfig | None:
+    """The default app's webhook configuration, from the flat XMTP_PUSH_HTTP_* settings."""
+    if not settings.all_set(WEBHOOK_REQUIRED):
+        return None
+    proxy = EgressProxy.for_webhooks(settings)
+    return WebhookConfig(UrlPolicy.from_settings(settings), settings.http_max_per_host, proxy)
+
+
 @dataclass(frozen=True, slots=True)
-class ChannelLine(Generic[C]):
-    """A channel's line: the credentials its provider takes, and how the provider is built from one
-    app's credentials and the request bound. The type checker holds the two together in each line;
-    `ProviderRegistry.build` refuses an app whose credentials are another channel's."""
+class DefaultApp(Generic[C]):
+    """How the flat settings configure a channel's default app."""
 
+    settings: tuple[str, ...]  # every flat setting of the channel (Settings' field names)
+    required: tuple[str, ...]  # those that, all set, configure it
+    # Its credentials, or None when the settings do not configure it; SettingsError when unusable.
+    load: Callable[[Settings], C | None]
+
+    def configured(self, settings: Settings) -> bool:
+        """Its settings are present (unusable credentials are refused when loaded, at start-up)."""
+        return settings.all_set(self.required)
+
+    @property
+    def configured_by(self) -> str:
+        """What the operator sets to configure it, for messages: "XMTP_PUSH_HTTP_ENABLED=true"."""
+        names = [f"{ENV_PREFIX}{name.upper()}{_value_to_set(name)}" for name in self.required]
+        return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+
+
+def _value_to_set(name: str) -> str:
+    return "=true" if Settings.model_fields[name].annotation is bool else ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelDescriptor(Generic[C]):
+    """All the product knows of one delivery channel beyond its provider module (which sends) and
+    the sources (which render its pushes). The type checker holds `credentials`, `provider` and
+    `default_app` together in each line; `ProviderRegistry.build` refuses an app whose credentials
+    are another channel's."""
+
+    label: str  # its name in operators' words: "APNs", "webhooks"
     credentials: type[C]
+    # The provider, built from one app's credentials and the request bound.
     provider: Callable[Concatenate[C, float, ...], Provider]
+    # None: no flat settings; only a source's own apps use it (Web Push: the Matrix gateway's).
+    default_app: DefaultApp[C] | None
+    color: str  # its series on /status
 
 
-def line(credentials: type[C], provider: Callable[Concatenate[C, float, ...], Provider]) -> ChannelLine[Any]:
-    """A channel's line, its two parts checked against each other (as a function, so that the
+def describe(
+    label: str,
+    credentials: type[C],
+    provider: Callable[Concatenate[C, float, ...], Provider],
+    default_app: DefaultApp[C] | None,
+    color: str,
+) -> ChannelDescriptor[Any]:
+    """A channel's descriptor, its parts checked against each other (as a function, so that the
     table's own type does not stand in for the credentials')."""
-    return ChannelLine(credentials, provider)
+    return ChannelDescriptor(label, credentials, provider, default_app, color)
 
 
-CHANNELS: dict[Channel, ChannelLine[Any]] = {
-    Channel.APNS: line(ApnsCredentials, ApnsProvider),
-    Channel.FCM: line(FcmCredentials, FcmProvider),
-    Channel.HTTP: line(WebhookConfig, WebhookProvider.from_config),
-    Channel.WEBPUSH: line(WebPushConfig, WebPushProvider),
+APNS_SETTINGS = (*APNS_REQUIRED, "apns_environment", "apns_endpoint", "apns_ca_file")
+WEBHOOK_SETTINGS = (
+    *WEBHOOK_REQUIRED,
+    "http_allowed_domains",
+    "http_allow_private_addresses",
+    "http_allow_insecure",
+    "http_timeout_seconds",
+    "webhook_proxy",
+    "http_max_per_host",
+)
+
+CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {
+    Channel.APNS: describe(
+        "APNs",
+        ApnsCredentials,
+        ApnsProvider,
+        DefaultApp(APNS_SETTINGS, APNS_REQUIRED, apns_credentials),
+        "#1f77b4",
+    ),
+    Channel.FCM: describe(
+        "FCM",
+        FcmCredentials,
+        FcmProvider,
+        DefaultApp((*FCM_REQUIRED, "fcm_endpoint"), FCM_REQUIRED, fcm_credentials),
+        "#ff7f0e",
+    ),
+    Channel.HTTP: describe(
+        "webhooks",
+        WebhookConfig,
+        WebhookProvider.from_config,
+        DefaultApp(WEBHOOK_SETTINGS, WEBHOOK_REQUIRED, webhook_config),
+        "#2ca02c",
+    ),
+    Channel.WEBPUSH: describe("Web Push", WebPushConfig, WebPushProvider, None, "#17becf"),
 }
+# The channels whose default app the flat settings configure.
+FLAT_CHANNELS = {channel: d.default_app for channel, d in CHANNELS.items() if d.default_app is not None}
 
 # How loudly an attempt's outcome is logged: a gone token is routine, a failure is not.
 OUTCOME_LEVELS = {
@@ -122,18 +200,18 @@ def _checked(app: ChannelApp) -> ChannelApp:
 def default_apps(settings: Settings) -> list[ChannelApp]:
     """The default app of each channel the flat settings configure; raises SettingsError when a
     configured credential is unusable."""
-    apps = []
-    apns = apns_credentials(settings)
-    if apns is not None:
-        apps.append(ChannelApp(Channel.APNS, DEFAULT_APP, apns))
-    fcm = fcm_credentials(settings)
-    if fcm is not None:
-        apps.append(ChannelApp(Channel.FCM, DEFAULT_APP, fcm))
-    if settings.http_enabled:
-        proxy = EgressProxy.for_webhooks(settings)
-        config = WebhookConfig(UrlPolicy.from_settings(settings), settings.http_max_per_host, proxy)
-        apps.append(ChannelApp(Channel.HTTP, DEFAULT_APP, config))
-    return apps
+    configured = ((channel, default.load(settings)) for channel, default in FLAT_CHANNELS.items())
+    return [ChannelApp(channel, DEFAULT_APP, c) for channel, c in configured if c is not None]
+
+
+def configured_by(channels: Iterable[Channel]) -> str:
+    """What configures any of `channels`, for messages: "XMTP_PUSH_FCM_SERVICE_ACCOUNT (FCM), or ..."."""
+    ways = [
+        f"{default.configured_by} ({CHANNELS[c].label})"
+        for c in channels
+        if (default := FLAT_CHANNELS.get(c))
+    ]
+    return ", or ".join(filter(None, (", ".join(ways[:-1]), ways[-1])))
 
 
 def log_outcome(channel: Channel, outcome: Outcome, seconds: float) -> None:

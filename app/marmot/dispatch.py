@@ -18,6 +18,8 @@ from app.marmot.tokens import DeviceToken, Platform
 APNS_BODY = b'{"aps":{"content-available":1}}'
 FCM_DATA = {"content_available": "true"}
 CHANNELS = {Platform.APNS: Channel.APNS, Platform.FCM: Channel.FCM}
+# The channels Marmot pushes through: those its device tokens name.
+MARMOT_CHANNELS = tuple(CHANNELS.values())
 
 # What each provider outcome counts as in xmtp_push_marmot_tokens_total{outcome}.
 TOKEN_OUTCOMES = {

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -13,11 +14,11 @@ from redis.asyncio import Redis
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.channels import Channel
 from app.core.config import Settings, SettingsError
 from app.core.migrations import alembic_config
-from app.delivery.credentials import apns_credentials, fcm_credentials
+from app.delivery.registry import CHANNELS, FLAT_CHANNELS, DefaultApp, configured_by
 from app.delivery.url_policy import UrlPolicy
+from app.marmot.dispatch import MARMOT_CHANNELS
 from app.marmot.keys import InvalidServerKey, ServerKey
 from app.matrix.config import load_gateway_config
 from app.ops.failures import (
@@ -48,29 +49,27 @@ class Check:
 
 
 def channel_checks(settings: Settings) -> list[Check]:
-    checks = []
-    for name, load in (("channel apns", apns_credentials), ("channel fcm", fcm_credentials)):
-        try:
-            checks.append(Check(name, True, "configured" if load(settings) else "not configured"))
-        except SettingsError as error:
-            checks.append(Check(name, False, str(error), INVALID_CONFIGURATION))
-    checks.append(Check("channel http", True, "configured" if settings.http_enabled else "not configured"))
+    checks = [_default_app_check(f"channel {c}", default, settings) for c, default in FLAT_CHANNELS.items()]
     if settings.matrix_apps:
         checks.append(matrix_check(settings.matrix_apps, settings))
     checks.append(marmot_check(settings))
     return checks
 
 
-NO_CHANNEL = (
-    "none configured, so every Register is refused: set XMTP_PUSH_APNS_KEY with XMTP_PUSH_APNS_KEY_ID, "
-    "XMTP_PUSH_APNS_TEAM_ID and XMTP_PUSH_APNS_BUNDLE_ID (APNs), XMTP_PUSH_FCM_SERVICE_ACCOUNT (FCM), "
-    "or XMTP_PUSH_HTTP_ENABLED=true (webhooks)"
-)
+def _default_app_check(name: str, default: DefaultApp[Any], settings: Settings) -> Check:
+    """A channel's default app: its credentials loaded when its settings configure it."""
+    try:
+        return Check(name, True, "configured" if default.load(settings) is not None else "not configured")
+    except SettingsError as error:
+        return Check(name, False, str(error), INVALID_CONFIGURATION)
+
+
+NO_CHANNEL = f"none configured, so every Register is refused: set {configured_by(FLAT_CHANNELS)}"
 
 
 def channel_warnings(settings: Settings) -> list[Check]:
     """Usable, but probably not meant: no channel at all."""
-    if settings.apns_configured or settings.fcm_configured or settings.http_enabled:
+    if any(default.configured(settings) for default in FLAT_CHANNELS.values()):
         return []
     return [Check("channels", True, NO_CHANNEL)]
 
@@ -97,16 +96,15 @@ def marmot_check(settings: Settings) -> Check:
     except InvalidServerKey as error:
         return Check("marmot", False, f"XMTP_PUSH_MARMOT_SECRET_KEY: {error}", INVALID_CONFIGURATION)
     channels = [
-        name
-        for name, ready in ((Channel.APNS, settings.apns_configured), (Channel.FCM, settings.fcm_configured))
-        if ready
+        c for c in MARMOT_CHANNELS if (default := FLAT_CHANNELS.get(c)) and default.configured(settings)
     ]
     pushes = f"pushes through {', '.join(channels)}" if channels else "pushes through no channel"
     detail = f"key set, {relays}, {pushes}"
     if not settings.marmot_relays:
         return Check("marmot", False, f"{detail}: XMTP_PUSH_MARMOT_RELAYS is required", INVALID_CONFIGURATION)
     if not channels:
-        return Check("marmot", False, f"{detail}: configure APNs or FCM", INVALID_CONFIGURATION)
+        wanted = " or ".join(CHANNELS[c].label for c in MARMOT_CHANNELS)
+        return Check("marmot", False, f"{detail}: configure {wanted}", INVALID_CONFIGURATION)
     return Check("marmot", True, detail)
 
 

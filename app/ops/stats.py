@@ -13,15 +13,14 @@ from app.ops import repository
 from app.ops.failures import tell_or_log
 from app.queue.activity import CREDENTIALS_REFUSED, SIGNALS, ListenerState, MinuteCount, RedisActivityLog
 from app.queue.base import ENVELOPES, delivery_stream
-from app.recipients.types import WireChannel
+from app.recipients.types import XMTP_CHANNELS
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 HOUR = 3600
 UNKNOWN_WHILE_DOWN = "the status shows what it holds as unknown until it answers"
-CHANNELS = tuple(c for c in WireChannel if c is not WireChannel.UNSPECIFIED)
-CHANNEL_LABELS = tuple(c.channel for c in CHANNELS)
+CHANNEL_LABELS = tuple(c.channel for c in XMTP_CHANNELS)
 # Final outcomes that are not a delivery (suppressed is neither: nothing was sent).
 FAILURES = ("failed", "rejected", "mismatch", "dead")
 # A listener that has not reported for this long is shown as not reporting.
@@ -65,7 +64,9 @@ async def collect_stats(runtime: Runtime, *, unknown_while_down: bool = False) -
     by_channel, subscriptions = counts or (None, None)
     depths, retries = queued or (None, None)
     return Stats(
-        recipients=None if by_channel is None else {c.channel: by_channel.get(int(c), 0) for c in CHANNELS},
+        recipients=None
+        if by_channel is None
+        else {c.channel: by_channel.get(int(c), 0) for c in XMTP_CHANNELS},
         subscriptions=subscriptions,
         queue_depths=depths,
         retries_waiting=retries,
@@ -104,7 +105,7 @@ async def _database_counts(runtime: Runtime) -> tuple[dict[int, int], int]:
 async def _queue_depths(runtime: Runtime) -> tuple[dict[str, int], int]:
     queue = runtime.queue
     assert queue is not None
-    streams = [ENVELOPES, *(delivery_stream(c.channel) for c in CHANNELS)]
+    streams = [ENVELOPES, *(delivery_stream(c.channel) for c in XMTP_CHANNELS)]
     return {stream: await queue.depth(stream) for stream in streams}, await queue.delayed_count()
 
 

@@ -18,11 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core import errors, metrics
 from app.core.config import Settings
 from app.core.errors import Code, DomainError
+from app.delivery.registry import FLAT_CHANNELS
 from app.delivery.url_policy import UrlNotAllowed, UrlPolicy, check_webhook_url
 from app.recipients import repository as repo
 from app.recipients import validation
 from app.recipients.models import Recipient
 from app.recipients.types import (
+    XMTP_CHANNELS,
     Delivery,
     RecipientState,
     RegisterCommand,
@@ -50,35 +52,25 @@ class RecipientRules:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RecipientRules:
-        channels = {
-            WireChannel.APNS: settings.apns_configured,
-            WireChannel.FCM: settings.fcm_configured,
-            WireChannel.HTTP: settings.http_enabled,
-        }
         return cls(
             ttl_ns=settings.recipient_ttl_seconds * 1_000_000_000,
             max_push_topics=settings.max_push_topics,
-            configured_channels=frozenset(c for c, on in channels.items() if on),
+            configured_channels=frozenset(
+                wire for wire in XMTP_CHANNELS if FLAT_CHANNELS[wire.channel].configured(settings)
+            ),
             url_policy=UrlPolicy.from_settings(settings),
         )
 
 
-# What configures each channel. The caller's answer is the contract's constant message; which
-# settings a deployment lacks is the operator's business, said once per channel in the log.
-CONFIGURED_BY = {
-    WireChannel.APNS: "XMTP_PUSH_APNS_KEY, XMTP_PUSH_APNS_KEY_ID, XMTP_PUSH_APNS_TEAM_ID and XMTP_PUSH_APNS_BUNDLE_ID",
-    WireChannel.FCM: "XMTP_PUSH_FCM_SERVICE_ACCOUNT",
-    WireChannel.HTTP: "XMTP_PUSH_HTTP_ENABLED=true",
-}
-
-
 def channel_not_configured(rules: RecipientRules, channel: WireChannel) -> DomainError:
+    # The caller's answer is the contract's constant message; which settings a deployment lacks is
+    # the operator's business, said once per channel in the log.
     if channel not in rules.told_unconfigured:
         rules.told_unconfigured.add(channel)
         log.warning(
             "Register asked for channel %s, which is not configured: it needs %s",
             channel.channel,
-            CONFIGURED_BY[channel],
+            FLAT_CHANNELS[channel.channel].configured_by,
         )
     return DomainError(Code.FAILED_PRECONDITION, errors.CHANNEL_NOT_CONFIGURED)
 

@@ -23,7 +23,9 @@ class WireChannel(enum.IntEnum):
         return Channel(self.name.lower())
 
 
-DELIVERY_CHANNELS = {wire.value: wire.channel for wire in WireChannel if wire is not WireChannel.UNSPECIFIED}
+# The channels an XMTP recipient may choose, and each one's delivery channel by its number.
+XMTP_CHANNELS = tuple(wire for wire in WireChannel if wire is not WireChannel.UNSPECIFIED)
+DELIVERY_CHANNELS = {wire.value: wire.channel for wire in XMTP_CHANNELS}
 
 
 class Target(NamedTuple):
