@@ -27,7 +27,7 @@ from app.fanout.delivery_job import DeliveryJob
 from app.fanout.hints import RENDERERS
 from app.queue.activity import ATTEMPT_MS, ATTEMPTS, CREDENTIALS_REFUSED
 from app.queue.base import Commit, Delayed, Entry, Share, Unsent, WorkQueue, delivery_stream
-from app.recipients.types import DELIVERY_CHANNELS, Target
+from app.recipients.types import Target
 from app.runtime import Runtime
 from workers.outage import Outage
 
@@ -172,11 +172,10 @@ class DeliveryWorker:
         if target is None:  # unregistered since
             self._done(entry).ack.append(entry.id)
             return
-        channel = DELIVERY_CHANNELS[target.channel]
-        if channel != self.channel:  # re-registered on another channel: hand it over
+        if target.channel != self.channel:  # re-registered on another channel: hand it over
             done = self._done(entry)
             done.ack.append(entry.id)
-            done.add_to(delivery_stream(channel), job.encode())
+            done.add_to(delivery_stream(target.channel), job.encode())
             return
         self._start(_Work(entry, job, target))
 

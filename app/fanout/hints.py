@@ -33,7 +33,7 @@ def apns_push(hint: Hint, target: Target) -> Push:
     json.dumps(..., ensure_ascii=False) writes for it: base64 and digits need no escaping."""
     topic = _b64(hint.topic)
     body = f'{{"aps": {{"content-available": 1}}, "topic": "{topic}", "sequence_id": "{hint.sequence_id}"}}'
-    return Push(target.address, body.encode(), PushKind.BACKGROUND, Priority.NORMAL, topic)
+    return Push(target.address, body.encode(), PushKind.BACKGROUND, Priority.NORMAL, collapse_id=topic)
 
 
 def fcm_push(hint: Hint, target: Target) -> Push:
@@ -61,10 +61,8 @@ def webhook_push(hint: Hint, target: Target) -> Push:
         webhook_body(hint),
         PushKind.BACKGROUND,
         Priority.NORMAL,
-        None,
-        None,
-        webhook_id(hint),
-        WebhookExtras(target.signing_key) if target.signing_key else None,
+        message_id=webhook_id(hint),
+        extras=WebhookExtras(target.signing_key) if target.signing_key else None,
     )
 
 

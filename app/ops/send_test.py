@@ -49,7 +49,7 @@ async def send_test(
     if provider is None:
         raise ChannelNotConfigured(channel)
     progress(f"sending a test hint over {channel}")
-    target = Target(recipient.channel, recipient.target, recipient.signing_key, recipient.secret_hash)
+    target = Target(channel, recipient.target, recipient.signing_key, recipient.secret_hash)
     push = RENDERERS[channel](Hint(topic, TEST_SEQUENCE_ID, recipient_id), target)
     started = time.perf_counter()
     outcome = await provider.send(push)

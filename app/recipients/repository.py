@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.database import fetch_rows
 from app.recipients.models import Recipient, Subscription
-from app.recipients.types import Delivery, SubscriptionSpec, Target
+from app.recipients.types import DELIVERY_CHANNELS, Delivery, SubscriptionSpec, Target
 
 
 class SubscriberRow(NamedTuple):
@@ -221,7 +221,7 @@ async def targets_by_id(session: AsyncSession, ids: Sequence[bytes]) -> dict[byt
         return {}
     statement = _TARGETS[session.get_bind().dialect.name == "postgresql"]
     rows = await fetch_rows(session, statement, {"ids": list(set(ids))})
-    return {row[0]: Target(*row[1:]) for row in rows}
+    return {row[0]: Target(DELIVERY_CHANNELS[row[1]], *row[2:]) for row in rows}
 
 
 async def delete_if_unchanged(session: AsyncSession, recipient_id: bytes, target: Target) -> bool:
@@ -229,7 +229,7 @@ async def delete_if_unchanged(session: AsyncSession, recipient_id: bytes, target
     query = select(Recipient).where(Recipient.id == recipient_id).with_for_update()
     recipient = (await session.execute(query)).scalar_one_or_none()
     unchanged = recipient is not None and (
-        recipient.channel,
+        DELIVERY_CHANNELS.get(recipient.channel),
         recipient.target,
         recipient.signing_key,
         recipient.secret_hash,

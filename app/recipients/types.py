@@ -32,7 +32,7 @@ class Target(NamedTuple):
     """Where a recipient's hints go now, as stored: what delivery needs, and compares before
     forgetting a dead one. (A tuple: a worker reads one per delivery, straight from a query row.)"""
 
-    channel: int
+    channel: Channel
     address: str  # device token or webhook URL
     signing_key: bytes | None
     secret_hash: bytes
