@@ -20,8 +20,8 @@ from typing import Protocol
 
 from app.core import metrics
 from app.delivery.provider import Provider
-from app.delivery.registry import log_outcome
-from app.delivery.retry import Retry, next_step
+from app.delivery.registry import CHANNELS, log_outcome
+from app.delivery.retry import Retry
 from app.delivery.types import Outcome, OutcomeKind
 from app.fanout.delivery_job import DeliveryJob
 from app.fanout.hints import RENDERERS
@@ -84,9 +84,7 @@ class DeliveryWorker:
         # Read once this many slots are free, not on every freed slot: at full load each read
         # (a queue round trip, a recipient query, a claim round trip) then serves a batch.
         self.refill = max(1, self.capacity // REFILL_FRACTION)
-        self.max_attempts = settings.max_attempts
-        self.retry_base = settings.retry_base_seconds
-        self.retry_window = settings.retry_window_seconds
+        self.retry = CHANNELS[self.channel].retry.configured(settings)
         # Attempts run on `capacity` long-lived slot coroutines fed from `_ready`, not one task each:
         # creating, scheduling and finishing a task per attempt was a measurable share of its cost.
         self._ready: deque[_Work] = deque()
@@ -249,7 +247,7 @@ class DeliveryWorker:
             self._paused_until = max(self._paused_until, time.time() + outcome.delay_seconds)
         job, now = work.job, time.time()
         age = now - job.ingested_ns / 1e9
-        step = next_step(job, outcome, self.max_attempts, self.retry_base, self.retry_window, age)
+        step = self.retry.next_step(job, outcome, age)
         if isinstance(step, Retry):
             (self._deferred if outcome.kind is OutcomeKind.DEFERRED else self._retries).inc()
             due = now + step.delay_seconds

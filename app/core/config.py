@@ -35,6 +35,10 @@ MARMOT_MAX_FRAME_BYTES = 256 * 1024
 APNS_REQUIRED = ("apns_key", "apns_key_id", "apns_team_id", "apns_bundle_id")
 FCM_REQUIRED = ("fcm_service_account",)
 WEBHOOK_REQUIRED = ("http_enabled",)
+# The retry settings' defaults, which are a channel's retry policy's too.
+RETRY_BASE_SECONDS = 1.0
+RETRY_WINDOW_SECONDS = 3600.0
+MAX_ATTEMPTS = 15
 
 
 class SettingsError(Exception):
@@ -68,9 +72,11 @@ class Settings(BaseSettings):
     gc_young_threshold: int = Field(20_000, ge=100, le=1_000_000)
 
     recipient_ttl_seconds: int = Field(2_592_000, ge=86_400)
-    # Transient failures are retried for the window, and at most this many attempts in all.
-    max_attempts: int = Field(15, ge=1, le=50)
-    retry_window_seconds: float = Field(3600.0, ge=0, le=86_400)
+    # The retry policy of every channel (app.delivery.retry.RetryPolicy): transient failures are
+    # retried from the base delay, doubling, for the window, and at most this many attempts in all.
+    retry_base_seconds: float = Field(RETRY_BASE_SECONDS, gt=0, le=60)
+    max_attempts: int = Field(MAX_ATTEMPTS, ge=1, le=50)
+    retry_window_seconds: float = Field(RETRY_WINDOW_SECONDS, ge=0, le=86_400)
     max_push_topics: int = Field(100_000, ge=1)
     sweep_interval_seconds: float = Field(900.0, gt=0, le=3600)
     request_timeout_seconds: float = Field(MAX_CALL_SECONDS, gt=0, le=MAX_CALL_SECONDS)
@@ -107,7 +113,6 @@ class Settings(BaseSettings):
     fanout_page_size: int = Field(1000, ge=1, le=10_000)
     # A topic whose first page is full is fanned out as this many recipient-id ranges in parallel.
     fanout_ranges: int = Field(16, ge=1, le=256)
-    retry_base_seconds: float = Field(1.0, gt=0, le=60)
     # An entry left pending this long by a worker that died is taken over by another.
     # Longer than the 30 s bound on any attempt, so live work is not taken twice.
     queue_reclaim_seconds: float = Field(60.0, gt=0)

@@ -25,6 +25,7 @@ from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookConfig, WebhookProvider
 from app.delivery.providers.webpush import WebPushConfig, WebPushProvider
+from app.delivery.retry import RetryPolicy
 from app.delivery.types import Outcome, OutcomeKind
 from app.delivery.url_policy import UrlPolicy
 
@@ -82,6 +83,9 @@ class ChannelDescriptor(Generic[C]):
     # None: no flat settings; only a source's own apps use it (Web Push: the Matrix gateway's).
     default_app: DefaultApp[C] | None
     color: str  # its series on /status
+    # How its transient failures are retried, by the XMTP workers through the queue and by the
+    # Matrix gateway within a request (the retry settings apply to every channel's).
+    retry: RetryPolicy
 
 
 def describe(
@@ -90,10 +94,11 @@ def describe(
     provider: Callable[Concatenate[C, float, ...], Provider],
     default_app: DefaultApp[C] | None,
     color: str,
+    retry: RetryPolicy,
 ) -> ChannelDescriptor[Any]:
     """A channel's descriptor, its parts checked against each other (as a function, so that the
     table's own type does not stand in for the credentials')."""
-    return ChannelDescriptor(label, credentials, provider, default_app, color)
+    return ChannelDescriptor(label, credentials, provider, default_app, color, retry)
 
 
 APNS_SETTINGS = (*APNS_REQUIRED, "apns_environment", "apns_endpoint", "apns_ca_file")
@@ -114,6 +119,7 @@ CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {
         ApnsProvider,
         DefaultApp(APNS_SETTINGS, APNS_REQUIRED, apns_credentials),
         "#1f77b4",
+        RetryPolicy(),
     ),
     Channel.FCM: describe(
         "FCM",
@@ -121,6 +127,7 @@ CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {
         FcmProvider,
         DefaultApp((*FCM_REQUIRED, "fcm_endpoint"), FCM_REQUIRED, fcm_credentials),
         "#ff7f0e",
+        RetryPolicy(),
     ),
     Channel.HTTP: describe(
         "webhooks",
@@ -128,8 +135,9 @@ CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {
         WebhookProvider.from_config,
         DefaultApp(WEBHOOK_SETTINGS, WEBHOOK_REQUIRED, webhook_config),
         "#2ca02c",
+        RetryPolicy(),
     ),
-    Channel.WEBPUSH: describe("Web Push", WebPushConfig, WebPushProvider, None, "#17becf"),
+    Channel.WEBPUSH: describe("Web Push", WebPushConfig, WebPushProvider, None, "#17becf", RetryPolicy()),
 }
 # The channels whose default app the flat settings configure.
 FLAT_CHANNELS = {channel: d.default_app for channel, d in CHANNELS.items() if d.default_app is not None}

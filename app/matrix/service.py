@@ -23,7 +23,7 @@ from typing import Any
 from app.core.metrics import matrix_devices_total
 from app.delivery.deadlines import Deadlines
 from app.delivery.provider import Provider
-from app.delivery.registry import ProviderRegistry
+from app.delivery.registry import CHANNELS, ProviderRegistry
 from app.delivery.types import Outcome, OutcomeKind, Push
 from app.matrix.apps import AppTable, MatrixApp, RejectDevice
 from app.matrix.config import MAX_APP_ID_LENGTH
@@ -31,11 +31,6 @@ from app.matrix.duplicates import DeliveredMemory, delivery_key
 from app.matrix.notification import Device, Notification
 
 MAX_PUSHKEY_BYTES = 512
-# Short waits between attempts when the provider gave no Retry-After.
-BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0)
-# A quota answer (the provider pauses its channel): tries in all, and the wait doubling from this
-# when it gives no Retry-After (Sygnal's; longer than any request's time, so 502 at once).
-QUOTA_TRIES, QUOTA_BASE_SECONDS = 3, 60.0
 # A retry is made only if this much time is left for it after its wait.
 MIN_ATTEMPT_SECONDS = 1.0
 # How late a request's deadline may be noticed (one sweep for every request, not a timer each).
@@ -144,11 +139,13 @@ class Gateway:
         provider = self.providers.get(app.channel, app.provider_app)
         if provider is None:
             return DeviceResult.FAILED
-        for attempt in range(len(BACKOFF_SECONDS) + 1):
+        # The channel's retry policy, the XMTP workers' too (the retry settings shape only its queued part).
+        retry = CHANNELS[app.channel].retry
+        for attempt in range(retry.in_request_attempts):
             outcome = await self._attempt(provider, push, deadline)
             if outcome is None or not _retried(outcome.kind):
                 return _result(app, outcome)
-            wait = _wait(outcome, attempt)
+            wait = retry.in_request_wait(outcome, attempt)
             if wait is None or time.monotonic() + wait + MIN_ATTEMPT_SECONDS > deadline:
                 break
             await asyncio.sleep(wait)
@@ -179,15 +176,6 @@ def _render(app: MatrixApp, notification: Notification, device: Device) -> Push 
 def _retried(kind: OutcomeKind) -> bool:
     # Identity tests: an enum's hash is a Python-level call, once per device adds up.
     return kind is OutcomeKind.FAILED or kind is OutcomeKind.DEFERRED
-
-
-def _wait(outcome: Outcome, attempt: int) -> float | None:
-    """Seconds before the attempt after `attempt` (0 the first), or None when none is made."""
-    if outcome.pause_channel:  # the channel's own pause (delay_seconds) is the queue's, not ours
-        if attempt + 1 >= QUOTA_TRIES:
-            return None
-        return outcome.retry_after if outcome.retry_after is not None else QUOTA_BASE_SECONDS * 2**attempt
-    return outcome.delay_seconds or BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
 
 
 def _result(app: MatrixApp, outcome: Outcome | None) -> DeviceResult:
