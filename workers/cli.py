@@ -136,7 +136,7 @@ def _marmot(settings: Settings, args: argparse.Namespace) -> None:
         print(key.public_hex)
         print(key.npub)
         return
-    from app.delivery.registry import CHANNELS, FLAT_CHANNELS, configured_by
+    from app.delivery.registry import CHANNELS, FLAT_CHANNELS, ways_to_configure
     from app.marmot.dispatch import MARMOT_CHANNELS
     from workers.server import serve_marmot
 
@@ -144,7 +144,7 @@ def _marmot(settings: Settings, args: argparse.Namespace) -> None:
         _refuse("XMTP_PUSH_MARMOT_RELAYS: required by `marmot`")
     if not any(FLAT_CHANNELS[channel].configured(settings) for channel in MARMOT_CHANNELS):
         labels = " or ".join(CHANNELS[channel].label for channel in MARMOT_CHANNELS)
-        _refuse(f"`marmot` needs {labels} configured: {configured_by(MARMOT_CHANNELS)}")
+        _refuse(f"`marmot` needs {labels} configured: {ways_to_configure(MARMOT_CHANNELS)}")
     run_loop(settings, serve_marmot(settings))
 
 

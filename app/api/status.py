@@ -102,7 +102,7 @@ def _latency(stats: Stats) -> dict[str, dict[int, float]]:
     }
 
 
-def _health(channel: Channel, stats: Stats, configured: set[str]) -> tuple[str, str]:
+def _health(channel: Channel, stats: Stats, configured: set[Channel]) -> tuple[str, str]:
     """A channel's health in words, and its class on the page."""
     if channel not in configured:
         return "not configured", "off"
@@ -117,7 +117,7 @@ def _health(channel: Channel, stats: Stats, configured: set[str]) -> tuple[str, 
     return "ok", "ok"
 
 
-def _channels(stats: Stats, configured: set[str]) -> str:
+def _channels(stats: Stats, configured: set[Channel]) -> str:
     rows = []
     for channel in CHANNEL_LABELS:
         health, css = _health(channel, stats, configured)
@@ -169,7 +169,7 @@ def _outcomes(stats: Stats) -> str:
     return _table(["channel", *names], rows) if rows else "<p>No deliveries in the last hour.</p>"
 
 
-def render(stats: Stats, configured: set[str]) -> str:
+def render(stats: Stats, configured: set[Channel]) -> str:
     minutes = last_hour(stats.generated)
     delivered = _per_minute((m for m in stats.minutes if m.outcome == "delivered"), "subject")
     failures = _per_minute((m for m in stats.minutes if m.outcome in FAILURES), "outcome")

@@ -2,7 +2,8 @@
 built once at start-up and held by the process.
 
 A channel is one provider module and one line in CHANNELS: its descriptor, from which the registry,
-`config check`, /status, the workers and the recipients' rules read what they need of it. An app is
+`config check`, /status, the workers, the Matrix gateway's retries and the recipients' rules read
+what they need of it (its credentials type joins `ChannelCredentials` too). An app is
 one set of credentials for it. The flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* / XMTP_PUSH_HTTP_*
 settings are the default app; a source with apps of its own (a Matrix gateway's config file) adds
 its `ChannelApp`s.
@@ -212,7 +213,7 @@ def default_apps(settings: Settings) -> list[ChannelApp]:
     return [ChannelApp(channel, DEFAULT_APP, c) for channel, c in configured if c is not None]
 
 
-def configured_by(channels: Iterable[Channel]) -> str:
+def ways_to_configure(channels: Iterable[Channel]) -> str:
     """What configures any of `channels`, for messages: "XMTP_PUSH_FCM_SERVICE_ACCOUNT (FCM), or ..."."""
     ways = [
         f"{default.configured_by} ({CHANNELS[c].label})"

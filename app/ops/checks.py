@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings, SettingsError
 from app.core.migrations import alembic_config
-from app.delivery.registry import CHANNELS, FLAT_CHANNELS, DefaultApp, configured_by
+from app.delivery.registry import CHANNELS, FLAT_CHANNELS, DefaultApp, ways_to_configure
 from app.delivery.url_policy import UrlPolicy
 from app.marmot.dispatch import MARMOT_CHANNELS
 from app.marmot.keys import InvalidServerKey, ServerKey
@@ -64,7 +64,7 @@ def _default_app_check(name: str, default: DefaultApp[Any], settings: Settings) 
         return Check(name, False, str(error), INVALID_CONFIGURATION)
 
 
-NO_CHANNEL = f"none configured, so every Register is refused: set {configured_by(FLAT_CHANNELS)}"
+NO_CHANNEL = f"none configured, so every Register is refused: set {ways_to_configure(FLAT_CHANNELS)}"
 
 
 def channel_warnings(settings: Settings) -> list[Check]:
