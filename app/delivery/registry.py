@@ -2,7 +2,7 @@
 built once at start-up and held by the process.
 
 A channel is one provider module and one line in CHANNELS: its descriptor, from which the registry,
-`config check`, /status, the workers, the Matrix gateway's retries and the recipients' rules read
+`config check`, /status, the workers and the recipients' rules read
 what they need of it (its credentials type joins `ChannelCredentials` too). An app is
 one set of credentials for it. The flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* / XMTP_PUSH_HTTP_*
 settings are the default app; a source with apps of its own (a Matrix gateway's config file) adds
@@ -84,8 +84,8 @@ class ChannelDescriptor(Generic[C]):
     # None: no flat settings; only a source's own apps use it (Web Push: the Matrix gateway's).
     default_app: DefaultApp[C] | None
     color: str  # its series on /status
-    # How its transient failures are retried, by the XMTP workers through the queue and by the
-    # Matrix gateway within a request (the retry settings apply to every channel's).
+    # How its transient failures are retried by the XMTP workers through the queue (the retry
+    # settings apply to every channel's). The Matrix gateway keeps its own numbers, Sygnal's.
     retry: RetryPolicy
 
 

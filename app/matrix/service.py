@@ -23,7 +23,8 @@ from typing import Any
 from app.core.metrics import matrix_devices_total
 from app.delivery.deadlines import Deadlines
 from app.delivery.provider import Provider
-from app.delivery.registry import CHANNELS, ProviderRegistry
+from app.delivery.registry import ProviderRegistry
+from app.delivery.retry import RetryPolicy
 from app.delivery.types import Outcome, OutcomeKind, Push
 from app.matrix.apps import AppTable, MatrixApp, RejectDevice
 from app.matrix.config import MAX_APP_ID_LENGTH
@@ -31,6 +32,10 @@ from app.matrix.duplicates import DeliveredMemory, delivery_key
 from app.matrix.notification import Device, Notification
 
 MAX_PUSHKEY_BYTES = 512
+# The gateway's own retry numbers, Sygnal's: a Retry-After that fits the deadline as given, quota
+# answers backing off from 60 s, nothing past the deadline. The XMTP workers' policies (a floor under
+# FCM's 5xx, an hour's window) are for pushes queued for later, not for a homeserver waiting on us.
+IN_REQUEST_RETRY = RetryPolicy()
 # A retry is made only if this much time is left for it after its wait.
 MIN_ATTEMPT_SECONDS = 1.0
 # How late a request's deadline may be noticed (one sweep for every request, not a timer each).
@@ -139,8 +144,7 @@ class Gateway:
         provider = self.providers.get(app.channel, app.provider_app)
         if provider is None:
             return DeviceResult.FAILED
-        # The channel's retry policy, the XMTP workers' too (the retry settings shape only its queued part).
-        retry = CHANNELS[app.channel].retry
+        retry = IN_REQUEST_RETRY
         for attempt in range(retry.in_request_attempts):
             outcome = await self._attempt(provider, push, deadline)
             if outcome is None or not _retried(outcome.kind):
