@@ -37,12 +37,12 @@ help:
 	@echo "                for the read-replica tests; uses one already there"
 	@echo "make lint       ruff check, ruff format --check and the package layers (lint-imports)"
 	@echo "make format     apply ruff format and safe ruff fixes"
-	@echo "make typecheck  mypy app workers"
+	@echo "make typecheck  mypy, strict, on app, workers and bench"
 	@echo "make rules      promtool check rules and test rules on deploy/prometheus (Debian: apt-get install prometheus)"
 	@echo "make manifests  validate deploy/kubernetes against Kubernetes' schemas (offline: kubernetes-validate ships them)"
 	@echo "make proto      regenerate app/proto modules from the .proto files"
 	@echo "make openapi    rewrite openapi/openapi.json from the HTTP app"
-	@echo "make check      test-fast, lint, typecheck, rules, manifests and test-slow"
+	@echo "make check      lint, typecheck, test-fast, rules, manifests and test-slow (the quick ones first)"
 	@echo "make bench      install the bench extra and run, one after another, the benchmarks of docs/performance.md's"
 	@echo "                table (python -m bench.<name>; each prints its numbers as a table)"
 	@echo "make bench-scale  the schema and fan-out at 1M and at 100M subscriptions (python -m bench.scale; about"
@@ -133,7 +133,7 @@ openapi:
 run:
 	$(BIN)/xmtp-push dev
 
-check: test-fast lint typecheck rules manifests test-slow
+check: lint typecheck test-fast rules manifests test-slow
 
 # The commands of docs/performance.md's figures (all but the soak and listener_decode), one after another,
 # each printing its own table; about fifteen minutes and heavy: run it on a quiet machine.
