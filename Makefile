@@ -4,7 +4,7 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
-SOURCES := app workers tests bench alembic
+SOURCES := app workers fakes tests bench alembic
 # The end-to-end Matrix tests run a real Synapse from PyPI in a virtualenv of its own (its pins
 # are not ours); tests/support/synapse.py finds it here.
 SYNAPSE_VENV ?= .synapse-venv
@@ -37,7 +37,7 @@ help:
 	@echo "                for the read-replica tests; uses one already there"
 	@echo "make lint       ruff check, ruff format --check and the package layers (lint-imports)"
 	@echo "make format     apply ruff format and safe ruff fixes"
-	@echo "make typecheck  mypy, strict, on app, workers and bench"
+	@echo "make typecheck  mypy, strict, on app, workers, fakes and bench"
 	@echo "make rules      promtool check rules and test rules on deploy/prometheus (Debian: apt-get install prometheus)"
 	@echo "make manifests  validate deploy/kubernetes against Kubernetes' schemas (offline: kubernetes-validate ships them)"
 	@echo "make proto      regenerate app/proto modules from the .proto files"
@@ -103,7 +103,7 @@ format:
 	$(BIN)/ruff format $(SOURCES)
 
 typecheck:
-	$(BIN)/mypy app workers
+	$(BIN)/mypy app workers fakes
 	$(BIN)/mypy bench
 
 # The alert rules and their tests (deploy/prometheus/alerts_test.yml).

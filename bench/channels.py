@@ -29,10 +29,10 @@ from redis import Redis
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from app.testing import keys
 from bench import _support as support
 from bench._support import Proc, Results, start_process, stop_process, verdict
 from bench.pipeline import CpuWindow, Ingestor, running_backend
+from fakes import keys
 
 BUNDLE_ID, KEY_ID, TEAM_ID, PROJECT_ID = "org.example.bench", "BENCHKEY01", "BENCHTEAM1", "bench-project"
 TOPICS, RECIPIENTS, PER_TOPIC = 10, 1000, 100  # token ok.{k} is on topic k % TOPICS
@@ -73,7 +73,7 @@ class Fake:
 @contextlib.asynccontextmanager
 async def running_fake(channel: str) -> AsyncIterator[Fake]:
     tls = ["--tls-dir", tempfile.mkdtemp(prefix="bench-fake-")] if channel == "apns" else []
-    command = [sys.executable, "-m", f"app.testing.fake_{channel}", *tls]
+    command = [sys.executable, "-m", f"fakes.fake_{channel}", *tls]
     proc = await start_process(f"fake-{channel}", command, {**os.environ}, _FAKE_READY)
     port, control, ca_file = proc.match.groups()  # the FCM fake answers /stats on its one port
     try:

@@ -20,8 +20,8 @@ from app.core.migrations import upgrade
 from app.proto.xmtp.xmtpv4.message_api.message_api_pb2 import SubscribeEnvelopesResponse as Response
 from app.queue.base import ENVELOPES
 from app.runtime import open_runtime
-from app.testing import fake_xmtpd as fake
 from bench._support import Results, environment_line, verdict
+from fakes import fake_xmtpd as fake
 from workers.listener import Listener, run_listener
 
 TARGET, REPEAT, REDIS_URL = 20_000, 3, "redis://127.0.0.1:6379"

@@ -29,10 +29,10 @@ from app.marmot import dispatch, giftwrap, secp
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import Platform, decrypt_token, encrypt_token
 from app.marmot.unwrap import split_chunks, unwrap_trigger
-from app.testing import keys
 from bench import _support as support
 from bench._support import Results, load_average, process_cpu_seconds, service_collector, verdict
 from bench.channels import BUNDLE_ID, KEY_ID, TEAM_ID, Fake, backend_settings, bare_apns_client, running_fake
+from fakes import keys
 
 RATIO_TARGET = 0.70
 CONCURRENCY = 64  # triggers (the core: pushes) in flight in the bare loops, as MARMOT_MAX_CONCURRENT

@@ -25,10 +25,10 @@ from redis.asyncio import Redis
 from app.matrix.apns import ApnsOptions, render_push
 from app.matrix.duplicates import ProcessMemory, delivery_key
 from app.matrix.notification import parse_notification
-from app.testing import keys
 from bench import _support as support
 from bench._support import Proc, Results, format_ms, process_cpu_seconds, rss_mb, summarize_ms, verdict
 from bench.channels import BUNDLE_ID, KEY_ID, TEAM_ID, Fake, bare_apns_client, running_fake
+from fakes import keys
 
 APP_ID, HOST = "org.example.bench.ios", "bench.example.org"
 DEVICE = {"app_id": APP_ID, "pushkey": "", "pushkey_ts": 1_700_000_000, "data": {"format": "event_id_only"}}

@@ -15,7 +15,7 @@ from app.core.config import Settings
 from app.queue.base import delivery_stream, partition_of
 from app.queue.redis_calls import stream_key
 from app.queue.redis_link import RETRY_SECONDS
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support.pipeline import (  # noqa: F401  (fixtures)
     Stack,
     envelope,

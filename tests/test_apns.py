@@ -1,7 +1,7 @@
 """The APNs channel on the wire: ApnsProvider (aioapns underneath) against a local HTTP/2 APNs.
 
 Nothing of ours is replaced: the provider, aioapns, h2 and TLS run for real; only Apple's server is
-the fake in app/testing/fake_apns.py, which records every header and body and answers per device token.
+the fake in fakes/fake_apns.py, which records every header and body and answers per device token.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from app.delivery.providers.apns_connection import CLOSED_STREAMS_KEPT
 from app.delivery.types import ApnsExtras, OutcomeKind, Priority, Push, PushKind
 from app.fanout.hints import Hint, apns_push
 from app.recipients.types import Target
-from app.testing import keys
-from app.testing.fake_apns import FakeApns, Reply
-from app.testing.tls import TlsFiles, make_tls_files
+from fakes import keys
+from fakes.fake_apns import FakeApns, Reply
+from fakes.tls import TlsFiles, make_tls_files
 from tests.support import make_settings
 
 NO_DATABASE = "sqlite+aiosqlite:///unused.db"

@@ -53,7 +53,7 @@ from . import test_f
 import test_g
 from tests.support.cli import run
 from tests.support import ops as ops_support
-from app.testing import keys
+from fakes import keys
 import pytest
 
 def later():

@@ -22,10 +22,10 @@ from app.recipients.types import XMTP_CHANNELS, WireChannel
 CONFIGURATION_PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 # The fake of each channel's remote end, which its tests and the benchmarks send to.
 FAKES = {
-    Channel.APNS: "app.testing.fake_apns",
-    Channel.FCM: "app.testing.fake_fcm",
-    Channel.HTTP: "app.testing.webhook_receiver",
-    Channel.WEBPUSH: "app.testing.fake_webpush",
+    Channel.APNS: "fakes.fake_apns",
+    Channel.FCM: "fakes.fake_fcm",
+    Channel.HTTP: "fakes.webhook_receiver",
+    Channel.WEBPUSH: "fakes.fake_webpush",
 }
 OPTIONAL = {"default_app"}  # None for a channel only a source's own apps use
 

@@ -2,9 +2,9 @@
 
 The real runtime (PostgreSQL, Redis DB 7), the HTTP and gRPC APIs and `workers.runner.run_workers`
 run as in production; recipients register over gRPC and envelopes come in over `POST /v1/envelopes`.
-Only the remote ends are stand-ins: the local APNs (app/testing/fake_apns.py), the local FCM and OAuth
-token endpoint (app/testing/fake_fcm.py) and a webhook receiver that checks signatures
-(app/testing/webhook_receiver.py).
+Only the remote ends are stand-ins: the local APNs (fakes/fake_apns.py), the local FCM and OAuth
+token endpoint (fakes/fake_fcm.py) and a webhook receiver that checks signatures
+(fakes/webhook_receiver.py).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.models import Recipient
 from app.runtime import Runtime, open_runtime
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_apns import Reply as ApnsReply
-from app.testing.fake_fcm import FakeFcm
-from app.testing.fake_fcm import Reply as FcmReply
-from app.testing.keys import service_account
-from app.testing.tls import TlsFiles
-from app.testing.webhook_receiver import Receiver
+from fakes.fake_apns import FakeApns
+from fakes.fake_apns import Reply as ApnsReply
+from fakes.fake_fcm import FakeFcm
+from fakes.fake_fcm import Reply as FcmReply
+from fakes.keys import service_account
+from fakes.tls import TlsFiles
+from fakes.webhook_receiver import Receiver
 from tests.support import clear_tables, eventually, make_settings
 from tests.support.pipeline import exclusive_redis_db
 from workers.server import running_api

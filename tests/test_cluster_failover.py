@@ -28,7 +28,7 @@ from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainErro
 from app.ops.failures import REDIS_UNREACHABLE, outage
 from app.queue.base import ENVELOPES, delivery_stream, partition_of
 from app.queue.redis_calls import GROUP, stream_key
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import Pipeline, Stack, envelope, group_topic, running_pipeline, wait_until
 from tests.support.redis_cluster import SETTLE_SECONDS, ClusterUnderTest, HealthWatch, killable_primary

@@ -16,7 +16,7 @@ from app.core.channels import Channel
 from app.delivery.types import DELIVERED, Outcome, Push
 from app.queue.base import Share
 from app.recipients.targets import RecipientTargets
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import envelope, group_topic, running_pipeline, wait_until
 from workers.delivery import DeliveryWorker

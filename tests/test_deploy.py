@@ -20,8 +20,8 @@ import kubernetes_validate
 import pytest
 
 from app.ops.healthcheck import ON_METRICS_PORT, SERVE_NOTHING
-from app.testing import keys
-from app.testing.fake_xmtpd import FakeXmtpd
+from fakes import keys
+from fakes.fake_xmtpd import FakeXmtpd
 from tests.support import deploy
 from tests.support import ops as ops_support
 from tests.support import pipeline as pipeline_support

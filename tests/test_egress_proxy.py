@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from app.testing.connect_proxy import ConnectProxy
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
-from app.testing.fake_webpush import FakeWebPush
-from app.testing.tls import TlsFiles
-from app.testing.webhook_receiver import Receiver
+from fakes.connect_proxy import ConnectProxy
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
+from fakes.fake_webpush import FakeWebPush
+from fakes.tls import TlsFiles
+from fakes.webhook_receiver import Receiver
 from tests.support import make_settings, running
 from tests.support.egress import Providers, every_device, gateway_config, gateway_process, provider_env
 from tests.support.matrix import device, event_id_only

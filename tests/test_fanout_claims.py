@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from app.queue.base import partition_of
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import Stack, envelope, group_topic, hints_of, running_pipeline, wait_until
 

@@ -1,7 +1,7 @@
 """The FCM channel on the wire: FcmProvider (firebase-admin underneath) against a local FCM.
 
 Nothing of ours is replaced: the provider, firebase-admin, google-auth and httpx run for real; only
-Google's two endpoints (OAuth token, FCM v1 send) are the fake in app/testing/fake_fcm.py.
+Google's two endpoints (OAuth token, FCM v1 send) are the fake in fakes/fake_fcm.py.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from app.delivery.providers.fcm import FcmProvider
 from app.delivery.types import OutcomeKind
 from app.fanout.hints import apns_push, fcm_push
 from app.recipients.types import Target
-from app.testing import keys
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm, Reply
+from fakes import keys
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm, Reply
 from tests.support import frozen_heap, make_settings
 from tests.support.fcm import NO_DATABASE, TOPIC, device, hint, new_provider
 

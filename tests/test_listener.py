@@ -2,7 +2,7 @@
 webhooks to a local receiver.
 
 Spec: xmtpd.md (firehose, catch-up, ids, commit detection), operations.md (XMTPD_* settings, listener
-metrics). Each test runs, in this event loop: `app.testing.fake_xmtpd.FakeXmtpd` on a real port, the
+metrics). Each test runs, in this event loop: `fakes.fake_xmtpd.FakeXmtpd` on a real port, the
 real `workers.listener.run_listener` with the in-process queue, `workers.runner.run_workers`, the real
 API (recipients register and subscribe over gRPC with HTTP delivery) and an aiohttp receiver that
 verifies every webhook with `standardwebhooks`. Hints are counted by (topic, sequence_id) per recipient.
@@ -31,7 +31,7 @@ from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.activity import ListenerState
 from app.queue.base import ENVELOPES, delivery_stream
 from app.runtime import Runtime, open_runtime
-from app.testing.fake_xmtpd import (
+from fakes.fake_xmtpd import (
     COMMIT,
     SENDER_EXTERNAL,
     SENDER_MEMBER,
@@ -50,7 +50,7 @@ from app.testing.fake_xmtpd import (
     welcome_message,
     welcome_topic,
 )
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support import clear_tables, make_settings
 from workers.listener import PAGE_LIMIT, run_listener
 from workers.runner import run_workers

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-from app.testing.fake_xmtpd import FakeXmtpd, group_message, group_topic
-from app.testing.webhook_receiver import Receiver
+from fakes.fake_xmtpd import FakeXmtpd, group_message, group_topic
+from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import Member, Stack, hints_of, running_pipeline, wait_until
 

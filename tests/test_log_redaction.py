@@ -2,7 +2,7 @@
 topic or token (operations.md), at DEBUG level, on every path a scripted run reaches.
 
 `xmtp-push dev` runs as a child process on a PostgreSQL database of its own, with the webhook channel
-and APNs and FCM configured against local stand-ins (app/testing/fake_apns.py, app/testing/fake_fcm.py).
+and APNs and FCM configured against local stand-ins (fakes/fake_apns.py, fakes/fake_fcm.py).
 The run registers (accepted and refused, over gRPC and Connect), subscribes, ingests (valid, malformed,
 with a wrong token), delivers to webhooks answering 200, 404, 410 and 500 and to one that does not
 listen, to APNs and FCM tokens answering 200, gone and 500, and breaks the database connections under
@@ -30,11 +30,11 @@ import pytest
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from app.testing import keys
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import ACCESS_TOKEN, FakeFcm
-from app.testing.tls import TlsFiles
-from app.testing.webhook_receiver import Endpoint, Receiver
+from fakes import keys
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import ACCESS_TOKEN, FakeFcm
+from fakes.tls import TlsFiles
+from fakes.webhook_receiver import Endpoint, Receiver
 from tests.support import create_postgres_database, drop_postgres_database
 from tests.support.ops import Registered, channel_env, command, free_port, register
 from tests.support.pipeline import envelope, group_topic, server_envelope, wait_until, welcome_topic

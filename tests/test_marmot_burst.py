@@ -21,9 +21,9 @@ from app.core.config import MARMOT_MAX_FRAME_BYTES
 from app.marmot.giftwrap import wrap_trigger
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import ENCRYPTED_TOKEN_SIZE, Platform, encrypt_token
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_apns import Reply as ApnsReply
-from app.testing.fake_fcm import FakeFcm
+from fakes.fake_apns import FakeApns
+from fakes.fake_apns import Reply as ApnsReply
+from fakes.fake_fcm import FakeFcm
 from tests.support import frozen_heap
 from tests.support.marmot import (  # noqa: F401  (fixtures)
     RAISED_RATE_LIMIT,

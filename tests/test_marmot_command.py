@@ -14,9 +14,9 @@ import pytest
 from app.marmot import secp
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import Platform, encrypt_token
-from app.testing import keys as app_keys
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
+from fakes import keys as app_keys
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
 from tests.support import eventually
 from tests.support.cli import dev_env, run, started, stop, wait_healthy
 from tests.support.marmot import (  # noqa: F401  (fixtures)

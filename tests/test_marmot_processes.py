@@ -23,9 +23,9 @@ from app.marmot import secp
 from app.marmot.giftwrap import wrap_trigger
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import Platform, encrypt_token
-from app.testing.fake_apns import OK, FakeApns
-from app.testing.fake_apns import Reply as ApnsReply
-from app.testing.fake_fcm import FakeFcm
+from fakes.fake_apns import OK, FakeApns
+from fakes.fake_apns import Reply as ApnsReply
+from fakes.fake_fcm import FakeFcm
 from tests.support import eventually
 from tests.support.marmot import (  # noqa: F401  (fixtures)
     RAISED_RATE_LIMIT,

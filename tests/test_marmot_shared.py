@@ -23,8 +23,8 @@ from app.marmot.keys import ServerKey
 from app.marmot.shared_limits import SharedKeys
 from app.marmot.tokens import Platform, encrypt_token
 from app.marmot.wrap_queue import GROUP
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
 from tests.support import eventually, frozen_heap
 from tests.support.marmot import (  # noqa: F401  (fixtures)
     RAISED_RATE_LIMIT,

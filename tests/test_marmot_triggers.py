@@ -17,9 +17,9 @@ from app.marmot import giftwrap, secp
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import Platform, encrypt_token
 from app.marmot.unwrap import Refused, unwrap_trigger
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_apns import Reply as ApnsReply
-from app.testing.fake_fcm import FakeFcm
+from fakes.fake_apns import FakeApns
+from fakes.fake_apns import Reply as ApnsReply
+from fakes.fake_fcm import FakeFcm
 from tests.support.marmot import (  # noqa: F401  (fixtures)
     APNS_TOKEN,
     BUNDLE_ID,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.testing.fake_apns import FakeApns
+from fakes.fake_apns import FakeApns
 from tests.support import make_settings
 from tests.support import running as running_api
 from tests.support.matrix import (

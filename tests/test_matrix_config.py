@@ -23,8 +23,8 @@ from app.matrix.apps import AppTable, glob_pattern
 from app.matrix.config import APP_TYPES, load_gateway_config
 from app.ops.checks import Check, matrix_check
 from app.ops.failures import INVALID_CONFIGURATION
-from app.testing.fake_apns import FakeApns
-from app.testing.tls import TlsFiles
+from fakes.fake_apns import FakeApns
+from fakes.tls import TlsFiles
 from tests.support.matrix import (
     device,
     event_id_only,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app.testing.fake_apns import OK, FakeApns, Reply
-from app.testing.tls import TlsFiles
+from fakes.fake_apns import OK, FakeApns, Reply
+from fakes.tls import TlsFiles
 from tests.support.matrix import (
     NOTIFY,
     TOPIC,

@@ -2,7 +2,7 @@
 
 Nothing of ours is replaced: uvicorn, the route, the gateway, the APNs provider (aioapns, h2, TLS)
 and the FCM provider (firebase-admin, httpx) run for real; only Apple's and Google's endpoints are
-the fakes in app/testing/, which record every request and answer per token.
+the fakes in fakes/, which record every request and answer per token.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import jwt
 import pytest
 
-from app.testing import keys
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_apns import Reply as ApnsReply
-from app.testing.fake_fcm import FakeFcm
-from app.testing.fake_fcm import Reply as FcmReply
+from fakes import keys
+from fakes.fake_apns import FakeApns
+from fakes.fake_apns import Reply as ApnsReply
+from fakes.fake_fcm import FakeFcm
+from fakes.fake_fcm import Reply as FcmReply
 from tests.support.matrix import (
     KEY_ID,
     TEAM_ID,

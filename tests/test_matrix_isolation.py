@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
-from app.testing.fake_apns import FakeApns
-from app.testing.tls import TlsFiles
+from fakes.fake_apns import FakeApns
+from fakes.tls import TlsFiles
 from tests.support.matrix import (
     RunningGateway,
     apns_app,

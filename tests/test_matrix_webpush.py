@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from app.core.config import SettingsError
 from app.delivery.providers.webpush import collapse_header
 from app.matrix.config import load_gateway_config
-from app.testing.fake_webpush import FakeWebPush, Subscription
+from fakes.fake_webpush import FakeWebPush, Subscription
 from tests.support.matrix import RunningGateway, gateway_settings, running, write_config
 
 APP_ID = "org.example.web"

@@ -1,7 +1,7 @@
 """From a serialized xmtpd OriginatorEnvelope down to the pipeline's Envelope.
 
 Spec: xmtpd.md "Envelope nesting", "Ids and time", "Telling commits and proposals". Every envelope is
-built with the real nested layers (app/testing/fake_xmtpd.py) and parsed back from its bytes, as the
+built with the real nested layers (fakes/fake_xmtpd.py) and parsed back from its bytes, as the
 listener gets it off the wire.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from app.envelopes.types import EnvelopeKind
 from app.network.decoding import MalformedEnvelope, NetworkEnvelope, decode
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as env
-from app.testing.fake_xmtpd import (
+from fakes.fake_xmtpd import (
     APPLICATION,
     COMMIT,
     PROPOSAL,

@@ -21,11 +21,11 @@ from redis.asyncio import Redis
 from app import __version__
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.redis_calls import stream_key
-from app.testing import fake_xmtpd
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_xmtpd import FakeXmtpd
-from app.testing.tls import TlsFiles
-from app.testing.webhook_receiver import Receiver
+from fakes import fake_xmtpd
+from fakes.fake_apns import FakeApns
+from fakes.fake_xmtpd import FakeXmtpd
+from fakes.tls import TlsFiles
+from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.ops import channel_env, register
 from tests.support.pipeline import metric, parse_metrics

@@ -3,8 +3,8 @@ Prometheus metrics after a scripted run, and the operator commands `send-test`, 
 `config check` run as real child processes of the console script.
 
 Nothing of ours is patched: the API, workers, queue (Redis DB 9) and database (PostgreSQL) run for
-real; the remote ends are local stand-ins (a Standard Webhooks verifying receiver, app/testing/fake_apns.py
-and app/testing/fake_fcm.py).
+real; the remote ends are local stand-ins (a Standard Webhooks verifying receiver, fakes/fake_apns.py
+and fakes/fake_fcm.py).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.activity import ListenerState
 from app.recipients.models import Recipient
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
-from app.testing.keys import apns_key_pem, fcm_key
-from app.testing.tls import TlsFiles
-from app.testing.webhook_receiver import Receiver
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
+from fakes.keys import apns_key_pem, fcm_key
+from fakes.tls import TlsFiles
+from fakes.webhook_receiver import Receiver
 from tests.support import make_settings, running
 from tests.support import pipeline as pipeline_support
 from tests.support.ops import (

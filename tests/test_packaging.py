@@ -13,12 +13,15 @@ import sqlite3
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 from alembic.script import ScriptDirectory
 
 TREE = Path(__file__).resolve().parents[1]
 SHIPPED = ("pyproject.toml", "README.md", "app", "workers", "alembic")
+# Packages of the tree for development only: the endpoint fakes, the tests, the benchmarks.
+DEVELOPMENT = ("fakes", "tests", "bench")
 RUN_TIMEOUT = 120.0
 
 
@@ -30,12 +33,12 @@ def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpr
     return result
 
 
-def build_wheel(work: Path) -> Path:
+def build_wheel(work: Path, names: tuple[str, ...] = SHIPPED) -> Path:
     """The wheel of a copy of the tree (so no build/ or egg-info lands in the tree itself)."""
     source = work / "source"
     source.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in SHIPPED:
+    for name in names:
         path = TREE / name
         if path.is_dir():
             shutil.copytree(path, source / name, ignore=ignore)
@@ -107,3 +110,11 @@ def test_an_install_without_its_migrations_says_so_in_one_line(tmp_path: Path) -
     assert result.stderr == (
         "xmtp-push: the migration scripts are not installed: reinstall the xmtp-push package\n"
     )
+
+
+def test_the_wheel_holds_the_product_and_no_development_package(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path, SHIPPED + DEVELOPMENT)  # built beside them, as from a checkout
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist()}
+    packages = {top for top in tops if not top.startswith("xmtp_push-")}  # .dist-info, .data
+    assert packages == {"app", "workers"}

@@ -27,7 +27,7 @@ from app.core.config import Settings
 from app.queue.base import partition_of
 from app.queue.ownership import owned_by
 from app.queue.redis_calls import stream_key
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import (
     Stack,

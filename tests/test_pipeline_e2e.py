@@ -22,7 +22,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from app.delivery.providers.webhook import signed_headers
 from app.proto.xmtp.backend.v1 import envelope_pb2, notification_pb2
 from app.runtime import open_runtime
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import (
     current_epoch,

@@ -20,9 +20,9 @@ from app.delivery.providers.webpush import WebPushConfig, WebPushProvider
 from app.delivery.types import OutcomeKind, Push, WebhookExtras
 from app.delivery.url_policy import UrlPolicy
 from app.fanout.hints import fcm_push
-from app.testing.fake_fcm import FakeFcm, Reply
-from app.testing.fake_webpush import FakeWebPush
-from app.testing.webhook_receiver import Receiver
+from fakes.fake_fcm import FakeFcm, Reply
+from fakes.fake_webpush import FakeWebPush
+from fakes.webhook_receiver import Receiver
 from tests.support.fcm import device, hint, new_provider
 from tests.support.webpush import PAYLOAD, credentials
 

@@ -22,8 +22,8 @@ from app.core.channels import Channel
 from app.delivery.credentials import load_apns
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.types import ApnsExtras, OutcomeKind, Priority, Push, PushKind
-from app.testing.fake_apns import FakeApns
-from app.testing.tls import TlsFiles
+from fakes.fake_apns import FakeApns
+from fakes.tls import TlsFiles
 from tests.support import make_settings
 
 APPS = {

@@ -18,7 +18,7 @@ from app.api.main import create_app
 from app.core.config import SettingsError, load_settings
 from app.ops import failures
 from app.runtime import open_runtime
-from app.testing.webhook_receiver import Receiver
+from fakes.webhook_receiver import Receiver
 from tests.support import create_postgres_database, drop_postgres_database, make_settings
 from tests.support import pipeline as pipeline_support
 from tests.support.ops import channel_env, free_port, xmtp_push

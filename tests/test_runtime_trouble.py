@@ -28,8 +28,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from app.testing.fake_xmtpd import FakeXmtpd
-from app.testing.webhook_receiver import Receiver
+from fakes.fake_xmtpd import FakeXmtpd
+from fakes.webhook_receiver import Receiver
 from tests.support import POSTGRES_ADMIN_DSN, create_sqlite_database, make_settings, running
 from tests.support.ops import channel_env, child_env, free_port, register, xmtp_push
 from tests.support.own_redis import redis_server

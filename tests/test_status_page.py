@@ -19,10 +19,10 @@ from app.api.status import COLORS, FAILURE_COLORS, render
 from app.ops.stats import Stats, collect_stats
 from app.queue.activity import ListenerState, RedisActivityLog
 from app.queue.redis_link import RedisLink
-from app.testing.fake_apns import FakeApns
-from app.testing.keys import apns_key_pem
-from app.testing.tls import TlsFiles
-from app.testing.webhook_receiver import Receiver
+from fakes.fake_apns import FakeApns
+from fakes.keys import apns_key_pem
+from fakes.tls import TlsFiles
+from fakes.webhook_receiver import Receiver
 from tests.support import ops as ops_support
 from tests.support import pipeline as pipeline_support
 from tests.support.ops import Image, read_png, register, required_tool, run_child, scripted_run

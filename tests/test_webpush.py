@@ -33,7 +33,7 @@ from app.delivery.providers.webpush import (
 from app.delivery.registry import ChannelApp, ProviderRegistry
 from app.delivery.types import OutcomeKind, Priority, Push, WebPushKeys
 from app.delivery.url_policy import UrlPolicy
-from app.testing.fake_webpush import FakeWebPush, b64url
+from fakes.fake_webpush import FakeWebPush, b64url
 from tests.support.webpush import NAMES, PAYLOAD, credentials, pem
 
 LOOPBACK = UrlPolicy(allow_insecure=True, allow_private_addresses=True)

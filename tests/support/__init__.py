@@ -24,7 +24,7 @@ from app.core.config import Settings
 from app.core.migrations import upgrade
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.runtime import Runtime, open_runtime
-from app.testing import keys
+from fakes import keys
 from workers.server import running_api
 
 POSTGRES_ADMIN_DSN = os.environ.get(

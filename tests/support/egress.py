@@ -15,10 +15,10 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
-from app.testing.fake_webpush import FakeWebPush, Subscription
-from app.testing.tls import TlsFiles
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
+from fakes.fake_webpush import FakeWebPush, Subscription
+from fakes.tls import TlsFiles
 from tests.support.matrix import (
     NOTIFY,
     apns_app,

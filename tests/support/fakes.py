@@ -1,4 +1,4 @@
-"""The fixtures that start a fake remote end (app/testing), one per fake, for every test module:
+"""The fixtures that start a fake remote end (fakes), one per fake, for every test module:
 tests/conftest.py registers this module as a plugin (`pytest_plugins`), so a test names the fixture and
 imports nothing.
 
@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
-from app.testing.fake_webpush import FakeWebPush
-from app.testing.tls import TlsFiles, make_tls_files
-from app.testing.webhook_receiver import Receiver
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
+from fakes.fake_webpush import FakeWebPush
+from fakes.tls import TlsFiles, make_tls_files
+from fakes.webhook_receiver import Receiver
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The FCM channel's test builders: an FcmProvider for a local FCM (app/testing/fake_fcm.py), and the
+"""The FCM channel's test builders: an FcmProvider for a local FCM (fakes/fake_fcm.py), and the
 hint and device a test sends it."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from app.delivery.credentials import fcm_credentials
 from app.delivery.providers.fcm import FcmProvider
 from app.fanout.hints import Hint
 from app.recipients.types import Target
-from app.testing import keys
-from app.testing.fake_fcm import FakeFcm
+from fakes import keys
+from fakes.fake_fcm import FakeFcm
 from tests.support import make_settings
 
 NO_DATABASE = "sqlite+aiosqlite:///unused.db"

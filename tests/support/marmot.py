@@ -24,10 +24,10 @@ from app.delivery.registry import ProviderRegistry, default_apps
 from app.marmot import secp
 from app.marmot.keys import ServerKey
 from app.marmot.tokens import ENCRYPTED_TOKEN_SIZE, Platform, encrypt_token
-from app.testing import keys as app_keys
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
-from app.testing.keys import service_account
+from fakes import keys as app_keys
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
+from fakes.keys import service_account
 from tests.support import eventually, make_settings
 from tests.support.proxy import TcpProxy
 from tests.support.redis_cluster import ClusterUnderTest

@@ -14,9 +14,9 @@ import yaml
 
 from app.core.config import Settings
 from app.matrix.service import Gateway
-from app.testing import keys
-from app.testing.fake_apns import FakeApns
-from app.testing.fake_fcm import FakeFcm
+from fakes import keys
+from fakes.fake_apns import FakeApns
+from fakes.fake_fcm import FakeFcm
 from workers.server import running_gateway
 
 NOTIFY = "/_matrix/push/v1/notify"

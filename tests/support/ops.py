@@ -23,9 +23,9 @@ import yaml
 from app.ops.stats import collect_stats
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from app.testing import keys
-from app.testing.fake_apns import FakeApns
-from app.testing.webhook_receiver import Receiver
+from fakes import keys
+from fakes.fake_apns import FakeApns
+from fakes.webhook_receiver import Receiver
 from tests.support.pipeline import Pipeline, envelope, group_topic
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -38,7 +38,7 @@ from app.proto.xmtp.backend.v1 import envelope_pb2, notification_pb2, notificati
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.models import Recipient, Subscription
 from app.runtime import Runtime, open_runtime
-from app.testing.webhook_receiver import Endpoint, Receiver
+from fakes.webhook_receiver import Endpoint, Receiver
 from tests.support import clear_tables, host_lock, make_settings, took_host_lock
 from workers.server import running_api
 

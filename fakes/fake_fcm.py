@@ -3,11 +3,11 @@
 Plain HTTP (aiohttp); the client (httpx inside firebase-admin) speaks HTTP/1.1 to it. It serves from
 its own thread and event loop (`FakeFcm().start()`, or `with FakeFcm() as fake:`): google-auth
 fetches OAuth tokens with a blocking `requests` call, which must not wait on the caller's own loop.
-It can also run as a separate process (`python -m app.testing.fake_fcm`, used by `bench.channels`).
+It can also run as a separate process (`python -m fakes.fake_fcm`, used by `bench.channels`).
 
 Routes:
 - `POST /token`: Google's OAuth token endpoint for a service account (point the account's `token_uri`
-  here, see `app.testing.keys.service_account`); records the JWT assertion and answers
+  here, see `fakes.keys.service_account`); records the JWT assertion and answers
   `{"access_token": "test-token", "expires_in": 3600, "token_type": "Bearer"}` (another token once
   `revoke_access_token()` was called; `token_delay` stalls the answer, `token_status` refuses).
 - `POST /v1/projects/<project>/messages:send`: records headers and the JSON body, and answers by the
@@ -48,8 +48,8 @@ from typing import Any
 
 from aiohttp import web
 
-from app.testing.loop_thread import run_as_process, serve_in_thread
-from app.testing.tls import TlsFiles, server_context
+from fakes.loop_thread import run_as_process, serve_in_thread
+from fakes.tls import TlsFiles, server_context
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 ACCESS_TOKEN = "test-token"

@@ -3,6 +3,7 @@
 Each one is a real server on a local port speaking the real protocol: APNs over TLS and HTTP/2
 (`fake_apns`), FCM HTTP v1 and Google's OAuth token endpoint (`fake_fcm`), an xmtpd node over gRPC
 (`fake_xmtpd`), a Web Push service that verifies VAPID and decrypts (`fake_webpush`), and a webhook
-receiver that verifies Standard Webhooks signatures (`webhook_receiver`); `keys` makes the credentials they expect. Nothing in the product imports this
-package: it ships with it so that tests, benchmarks and other checkouts can drive the same fakes.
+receiver that verifies Standard Webhooks signatures (`webhook_receiver`); `keys` makes the credentials
+they expect. A development package beside tests/ and bench/, which both drive the same fakes: not in the
+wheel nor the image, and nothing in app/ or workers/ imports it (an import contract in pyproject.toml).
 """

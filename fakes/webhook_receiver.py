@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from app.testing.tls import TlsFiles, server_context
+from fakes.tls import TlsFiles, server_context
 
 _paths = itertools.count(1)
 

@@ -2,7 +2,7 @@
 
 It runs its own event loop in a thread (`FakeApns(...).start()`, or `with FakeApns(...) as fake:`), so
 it keeps answering whatever the code under test does to its own loop, and can also run as a separate
-process (`python -m app.testing.fake_apns`, used by `bench.channels`).
+process (`python -m fakes.fake_apns`, used by `bench.channels`).
 
 Every request is recorded (connection number, every header in order, the body). The answer depends on
 the device token's *name*, the part before the first ".": `gone.17` answers like `gone`. A name may
@@ -56,8 +56,8 @@ from h2.events import (
 from h2.exceptions import ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
 
-from app.testing.loop_thread import run_as_process, serve_in_thread
-from app.testing.tls import TlsFiles, make_tls_files, server_context
+from fakes.loop_thread import run_as_process, serve_in_thread
+from fakes.tls import TlsFiles, make_tls_files, server_context
 
 # --------------------------------------------------------------------------- scripts and records
 

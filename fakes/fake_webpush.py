@@ -26,7 +26,7 @@ from py_vapid import Vapid02
 from py_vapid.jwt import decode as decode_jwt
 
 from app.delivery.types import WebPushKeys
-from app.testing.tls import TlsFiles, server_context
+from fakes.tls import TlsFiles, server_context
 
 _ids = itertools.count(1)
 
