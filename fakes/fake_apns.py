@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# The body a test expects for a hint, written out from pipeline.md.
+# The body a test expects for a hint, written out from docs/hints.md#the-payload-channel-by-channel.
 def expected_body(topic: bytes, sequence_id: int) -> dict[str, Any]:
     return {
         "aps": {"content-available": 1},

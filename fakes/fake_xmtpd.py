@@ -2,7 +2,7 @@
 
 `FakeXmtpd` is an in-process `grpc.aio` server on a real port (127.0.0.1, port picked by the OS)
 serving, from our generated code, `xmtp.xmtpv4.message_api.NotificationApi/SubscribeAllEnvelopes`
-and `xmtp.xmtpv4.message_api.QueryApi/QueryEnvelopes` (spec: xmtpd.md).
+and `xmtp.xmtpv4.message_api.QueryApi/QueryEnvelopes` (docs/xmtp-network.md#what-the-listener-reads).
 
 - The store: envelopes per originator, in sequence order, as the node keeps them. `add()` puts
   envelopes in the store only (published while nobody listened); `publish()` puts them in the store
@@ -42,7 +42,7 @@ from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
 
 _StreamContext = grpc.aio.ServicerContext[api.SubscribeAllEnvelopesRequest, api.SubscribeEnvelopesResponse]
 
-NODE_PAGE_LIMIT = 1000  # xmtp.md: "Pages hold at most 1000 envelopes"
+NODE_PAGE_LIMIT = 1000  # a query's page, at most (docs/xmtp-network.md)
 
 # --- the node ----------------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
         return api.QueryEnvelopesResponse(envelopes=found)
 
 
-# --- MLS framing (RFC 9420 wire encoding, as xmtpd.md reads it) -----------------------------------
+# --- MLS framing (RFC 9420 wire encoding, as docs/xmtp-network.md reads it) -----------------------------------
 
 MLS_VERSION = 1
 WIRE_PUBLIC, WIRE_PRIVATE, WIRE_WELCOME, WIRE_GROUP_INFO, WIRE_KEY_PACKAGE = 1, 2, 3, 4, 5
@@ -441,7 +441,7 @@ def group_message(
 
 def commit_message(node: int, sequence_id: int, topic: bytes, *, sender_type: int = SENDER_MEMBER) -> Item:
     """A commit as the network carries it: PublicMessage framing, from originator 0 with a blockchain
-    proof (xmtpd.md) when node is 0."""
+    proof (docs/xmtp-network.md) when node is 0."""
     client = _client(topic)
     client.group_message.v1.data = public_message(COMMIT, sender_type=sender_type, group_id=topic[1:])
     client.group_message.v1.should_push = False

@@ -1,4 +1,4 @@
-"""Every row of the admission table (notification-api.md), over gRPC and Connect.
+"""Every row of the admission table (docs/recipients.md#admission-order), over gRPC and Connect.
 
 Each refused request is sent over gRPC and Connect JSON (some also over Connect
 binary) and checked for its exact code and message, and for leaving every stored

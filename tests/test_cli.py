@@ -1,4 +1,4 @@
-"""The `xmtp-push` console script, run as a real subprocess (operations.md, "Commands")."""
+"""The `xmtp-push` console script, run as a real subprocess (docs/configuration.md#commands)."""
 
 from __future__ import annotations
 

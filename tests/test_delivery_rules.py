@@ -1,7 +1,8 @@
 """Delivery rules: retries and final outcomes, backoff, the delivery job's encoding and dedup key,
 and the webhook channel's pure parts (status table, exact body, Standard Webhooks signature).
 
-Spec: pipeline.md "Outcomes, retries, cleanup", "Payload (exact)" and "HTTPS webhook".
+Contract: docs/hints.md#outcomes-retries-and-cleanup, docs/hints.md#the-payload-channel-by-channel and
+docs/api.md#webhook-receivers.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_transient_then_delivered() -> None:
 
 @pytest.mark.parametrize("max_attempts", [1, 2, 3, 5, 30])
 def test_gone_is_dead_once_three_attempts_in_a_row_said_so(max_attempts: int) -> None:
-    # pipeline.md: dead once min(max_attempts, 3) attempts in a row answered 404/410.
+    # docs/hints.md: dead once min(max_attempts, 3) attempts in a row answered 404/410.
     retries, final = run([GONE] * max_attempts, max_attempts)
     assert len(retries) == min(max_attempts, 3) - 1
     assert all(r.job.all_gone for r in retries)
@@ -391,7 +392,7 @@ def test_fcm_data_and_webhook_push_fields() -> None:
 def test_signature_test_vector() -> None:
     headers = signed_headers(VECTOR_KEY, VECTOR_ID, VECTOR_TIMESTAMP, VECTOR_BODY)
     assert headers["webhook-signature"] == VECTOR_SIGNATURE
-    # And computed by hand, from the spec's definition.
+    # And computed by hand, from Standard Webhooks' definition.
     mac = hmac.new(VECTOR_KEY, b"fixed-id.1700000000." + VECTOR_BODY, hashlib.sha256).digest()
     assert "v1," + base64.b64encode(mac).decode() == VECTOR_SIGNATURE
 

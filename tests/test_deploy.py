@@ -41,7 +41,7 @@ KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
 LONG_RUNNING = (set(COMMANDS) | {"marmot"}) - SERVE_NOTHING - {"dev"}
 PROBES = (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz"))
 REPLICAS = {"api": 2, "listen": 2, "marmot": 2, "gateway": 2}
-# Settings scale.md adds (database replica, Redis Cluster, queue partitions), named by the deployment
+# Settings docs/scaling.md adds (database replica, Redis Cluster, queue partitions), named by the deployment
 # before app/core/config.py has them: allowed, and only these, while they are not settings yet.
 HTTP_TIMEOUT_MAX = next(
     m.le for m in deploy.Settings.model_fields["http_timeout_seconds"].metadata if hasattr(m, "le")

@@ -1,5 +1,5 @@
 """`/docs` works on a host that reaches no CDN: the page names no other host, and every script, style
-and icon it loads comes from our own server (operations.md, "HTTP endpoints")."""
+and icon it loads comes from our own server (docs/api.md#http-endpoints)."""
 
 from __future__ import annotations
 

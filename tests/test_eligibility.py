@@ -1,6 +1,6 @@
 """Who an envelope is pushed to: eligibility, start position, and sender suppression.
 
-Spec: pipeline.md "Envelopes and what is pushable" and "Sender suppression". Keys are derived
+Contract: docs/hints.md#envelopes-that-wake-a-device and docs/hints.md#sender-suppression. Keys are derived
 exactly as clients do (HKDF-SHA256, implemented here from hmac/hashlib so the test does not share
 code with the application).
 """

@@ -1,6 +1,6 @@
 """Envelope parsing (JSON batches and protobuf ServerEnvelopes) and the fan-out job's encoding.
 
-Spec: pipeline.md "Envelopes and what is pushable", operations.md `POST /v1/envelopes`.
+Contract: docs/hints.md#envelopes-that-wake-a-device, docs/api.md#ingest (`POST /v1/envelopes`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The xmtpd firehose listener end to end: a fake node over real gRPC, the real listener, workers and
 webhooks to a local receiver.
 
-Spec: xmtpd.md (firehose, catch-up, ids, commit detection), operations.md (XMTPD_* settings, listener
-metrics). Each test runs, in this event loop: `fakes.fake_xmtpd.FakeXmtpd` on a real port, the
+Contract: docs/xmtp-network.md (firehose, catch-up, ids, commit detection), docs/configuration.md
+(XMTPD_* settings), docs/operations.md#metrics (listener metrics). Each test runs, in this event loop: `fakes.fake_xmtpd.FakeXmtpd` on a real port, the
 real `workers.listener.run_listener` with the in-process queue, `workers.runner.run_workers`, the real
 API (recipients register and subscribe over gRPC with HTTP delivery) and an aiohttp receiver that
 verifies every webhook with `standardwebhooks`. Hints are counted by (topic, sequence_id) per recipient.

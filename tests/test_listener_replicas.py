@@ -1,5 +1,5 @@
 """Two `xmtp-push listen` processes on one firehose: each envelope fans out once, and killing one
-with SIGKILL mid-run loses nothing while the other runs (scale.md, "Processes").
+with SIGKILL mid-run loses nothing while the other runs (docs/scaling.md, Processes).
 
 The fake xmtpd node runs in this process on a real port; the API and the workers run here too, on
 PostgreSQL and the Redis test DB or the test Redis Cluster; the two listeners are real subprocesses

@@ -1,5 +1,5 @@
 """Logs are JSON lines and never carry a recipient id, secret, signing key, device token, webhook URL,
-topic or token (operations.md), at DEBUG level, on every path a scripted run reaches.
+topic or token (docs/operations.md#logs), at DEBUG level, on every path a scripted run reaches.
 
 `xmtp-push dev` runs as a child process on a PostgreSQL database of its own, with the webhook channel
 and APNs and FCM configured against local stand-ins (fakes/fake_apns.py, fakes/fake_fcm.py).

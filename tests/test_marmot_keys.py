@@ -1,6 +1,6 @@
 """The Marmot server key (hex, nsec1, a file) and Nostr events (NIP-01 ids, BIP-340 signatures).
 
-Spec: marmot.md "Trigger path"; the key pair below is NIP-19's published example.
+Contract: docs/marmot.md#the-trigger; the key pair below is NIP-19's published example.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """NIP-44 v2 against the official vectors, every group, the invalid ones included, and the extended
 length prefix that accepts what the file calls too long.
 
-Spec: marmot.md "NIP-44 v2". tests/vectors/nip44.vectors.json is the NIP-44 reference vectors file
+Contract: docs/marmot.md#nip-44-v2. tests/vectors/nip44.vectors.json is the NIP-44 reference vectors file
 unchanged, pinned by its sha256.
 """
 

@@ -1,7 +1,7 @@
-"""Marmot EncryptedTokens: the spec's HKDF known answer, our fixed-randomness vectors
+"""Marmot EncryptedTokens: the HKDF known answer of docs/marmot.md, our fixed-randomness vectors
 (tests/vectors/marmot_tokens.json) both ways, each refused chunk, and an independent derivation.
 
-Spec: marmot.md "Token decryption"; seed 004 "Token encryption".
+Contract: docs/marmot.md#token-decryption.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _hkdf_sha256(salt: bytes, ikm: bytes, info: bytes) -> bytes:
 
 @pytest.mark.parametrize("case", VECTORS["valid"], ids=[c["name"] for c in VECTORS["valid"]])
 def test_a_vector_holds_by_an_independent_derivation(case: dict[str, Any]) -> None:
-    """The same bytes from the spec's formulas written out another way: point multiplication
+    """The same bytes from the formulas of docs/marmot.md written out another way: point multiplication
     instead of ECDH, HKDF from the standard library's HMAC, the server's side instead of the app's."""
     encrypted = bytes.fromhex(case["encrypted_token"])
     ephemeral_x, nonce, ciphertext = encrypted[:32], encrypted[32:44], encrypted[44:]

@@ -2,7 +2,7 @@
 its fixed reason, before any chunk is decrypted. Wraps are built layer by layer (app/marmot/giftwrap.py)
 so each test spoils exactly one thing.
 
-Spec: marmot.md "Trigger path"; seed 004 "Validation".
+Contract: docs/marmot.md#the-trigger.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Telling commits and proposals from application messages by the MLS framing alone.
 
-Spec: xmtpd.md "Telling commits and proposals from application messages". Every input here is built by
-hand, byte by byte, from the RFC 9420 wire layout as the spec states it; nothing comes from app/.
+Contract: docs/xmtp-network.md#what-the-listener-reads (commits and proposals). Every input here is built
+by hand, byte by byte, from the RFC 9420 wire layout as that page states it; nothing comes from app/.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """From a serialized xmtpd OriginatorEnvelope down to the pipeline's Envelope.
 
-Spec: xmtpd.md "Envelope nesting", "Ids and time", "Telling commits and proposals". Every envelope is
+Contract: docs/xmtp-network.md#what-the-listener-reads (envelope nesting, ids and time, commits). Every envelope is
 built with the real nested layers (fakes/fake_xmtpd.py) and parsed back from its bytes, as the
 listener gets it off the wire.
 """

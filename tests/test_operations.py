@@ -1,4 +1,4 @@
-"""What an operator relies on (operations.md): the compose file, the reverse-proxy example, the
+"""What an operator relies on (docs/operations.md): the compose file, the reverse-proxy example, the
 Prometheus metrics after a scripted run, and the operator commands `send-test`, `stats` and
 `config check` run as real child processes of the console script.
 

@@ -1,4 +1,4 @@
-"""Partition ownership among workers (scale.md, "Processes"): rendezvous hashing over heartbeats.
+"""Partition ownership among workers (docs/scaling.md, Processes): rendezvous hashing over heartbeats.
 
 The rule itself is checked on its own; the membership runs on the real Redis test DB, with leases of a
 second so a member that stops beating is dropped within the test.

@@ -146,7 +146,7 @@ async def test_killed_worker_loses_no_hint(redis_stack: Stack, receiver: Receive
                 "both workers to start",
             )
             assert all(w.poll() is None for w in workers), [log_tail(log) for log in logs]
-            # The two share the partitions (scale.md): each reads a part, together all of them.
+            # The two share the partitions (docs/scaling.md): each reads a part, together all of them.
             await wait_until(lambda: all(shares_of(log) for log in logs), 10, "both workers' shares")
             assert sum(shares_of(log)[-1] for log in logs) == 64, [shares_of(log) for log in logs]
 

@@ -623,7 +623,7 @@ async def test_ingest_validation_is_all_or_nothing(some_stack, receiver: Receive
 async def test_an_outage_ends_with_one_hint_per_topic(some_stack, receiver: Receiver) -> None:
     """The receiver is down (503) for every first attempt of four hints on each of two topics: the
     retries waiting for it are replaced by the newest of each topic, so it gets two hints when it
-    is back, each the latest position of its topic (pipeline.md "Outcomes, retries, cleanup")."""
+    is back, each the latest position of its topic (docs/hints.md#outcomes-retries-and-cleanup)."""
     async with running_pipeline(some_stack, retry_base_seconds=1.0, max_attempts=30) as pipe:
         first, second = group_topic(), group_topic()
         member = await pipe.member(receiver.endpoint([503] * 8 + [200]), first, second)

@@ -1,4 +1,4 @@
-"""Settings: XMTP_PUSH_* variables, the optional TOML file, defaults and error messages (operations.md)."""
+"""Settings: XMTP_PUSH_* variables, the optional TOML file, defaults and error messages (docs/configuration.md#configuration)."""
 
 from __future__ import annotations
 

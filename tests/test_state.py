@@ -1,4 +1,4 @@
-"""State semantics of the notification API (notification-api.md, "State semantics"),
+"""State semantics of the notification API (docs/recipients.md#state-semantics),
 checked against the stored rows, over gRPC and Connect."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unit tests of the webhook URL policy (notification-api.md, "Webhook URL rules").
+"""Unit tests of the webhook URL policy (docs/recipients.md#webhook-url-rules).
 
 Pure and fast: the only name lookups are of `localhost` (from /etc/hosts) and
 of names under the reserved `.invalid` TLD, which never resolve.
@@ -30,7 +30,7 @@ from app.delivery.url_policy import (
 STRICT = UrlPolicy()
 OPEN = UrlPolicy(allow_insecure=True, allow_private_addresses=True)
 
-# Every v4 range in the spec, with addresses at both ends of it.
+# Every v4 range of docs/recipients.md, with addresses at both ends of it.
 BLOCKED_V4 = [
     "0.0.0.0",
     "0.255.255.255",

@@ -1,6 +1,6 @@
 """XMTP hints rendered as pushes: `<topic, sequence_id>` in each channel's exact wire form.
 
-Spec: pipeline.md "Payload (exact)". The delivery core sends what is rendered here and knows
+Contract: docs/hints.md#the-payload-channel-by-channel. The delivery core sends what is rendered here and knows
 nothing of topics or recipients; the wire tests pin these bytes.
 """
 

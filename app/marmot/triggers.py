@@ -1,4 +1,4 @@
-"""One live gift wrap, from admission to its pushes, in the spec's order and cheap checks first.
+"""One live gift wrap, from admission to its pushes, in the order of docs/marmot.md#the-trigger, cheap checks first.
 
 1. A wrap already unwrapped (the same event from another relay) is a duplicate: no work at all.
 2. The global budget is charged, once per gift wrap, before unwrapping.

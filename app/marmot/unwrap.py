@@ -1,4 +1,4 @@
-"""Unwrapping a Marmot trigger (a NIP-59 gift wrap of a kind 446 rumor) in the spec's order, cheap checks
+"""Unwrapping a Marmot trigger (a NIP-59 gift wrap of a kind 446 rumor) in the order of docs/marmot.md#the-trigger, cheap checks
 first: no token ECDH or AEAD happens here, and the content's size, base64 form and chunk count are
 settled before anyone decrypts a chunk.
 

@@ -15,7 +15,7 @@ from typing import Any
 
 NOT_JSON, BAD_JSON = "M_NOT_JSON", "M_BAD_JSON"
 PRIORITIES = ("high", "low")
-# notification field -> the JSON types it may hold (the spec's table; "type" and "sender" may be
+# notification field -> the JSON types it may hold (the Push Gateway API's table; "type" and "sender" may be
 # null: a homeserver's badge-only update sends them so).
 STRING, NULLABLE_STRING, OBJECT, BOOLEAN = (str,), (str, type(None)), (dict,), (bool,)
 NOTIFICATION_FIELDS: dict[str, tuple[type, ...]] = {

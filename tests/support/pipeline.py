@@ -45,7 +45,7 @@ from workers.server import running_api
 REDIS_TEST_URL = os.environ.get("XMTP_PUSH_TEST_REDIS", "redis://127.0.0.1:6379/9")
 INGEST_TOKEN = "t"
 
-# From pipeline.md, written out again here rather than imported from app/.
+# From docs/hints.md, written out again here rather than imported from app/.
 EPOCH_SECONDS = 2_592_000
 EPOCH_NS = EPOCH_SECONDS * 1_000_000_000
 HKDF_SALT = b"libXMTP HKDF salt!"
@@ -180,7 +180,7 @@ async def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -
     return time.monotonic() - started
 
 
-# --- sender suppression keys (the client's derivation, from pipeline.md) --------
+# --- sender suppression keys (the client's derivation, docs/hints.md) --------
 
 
 def hkdf_sha256_by_hand(ikm: bytes, *, salt: bytes, info: bytes, length: int) -> bytes:
@@ -314,7 +314,7 @@ def server_envelope(
 
 
 def expected_body(topic: bytes, sequence_id: int, recipient_id: bytes) -> bytes:
-    """The exact webhook body of pipeline.md, written out independently of app/."""
+    """The exact webhook body of docs/hints.md, written out independently of app/."""
     return (
         b'{"topic":"'
         + b64(topic).encode()
