@@ -79,11 +79,13 @@ test: synapse
 	XMTP_PUSH_TEST_SYNAPSE_VENV=$(abspath $(SYNAPSE_VENV)) $(BIN)/python -m pytest
 
 # The tiers: a test is marked with each outside service it needs, and slow when it takes a second or
-# more (markers in pyproject.toml, set by tests/conftest.py); test-fast runs the tests with none of
-# these markers, test-slow the others.
+# more (markers in pyproject.toml, written at the tests or set by the fixtures they use:
+# tests/support/tiers.py); test-fast runs the tests with none of these markers, and fails one of them
+# that takes longer than FAST_TIER_SECONDS (stretched by the machine's load); test-slow runs the others.
 NOT_FAST := postgres or pg_replica or redis or redis_cluster or browser or synapse or tools or slow
+FAST_TIER_SECONDS := 1
 test-fast:
-	$(BIN)/python -m pytest -m "not ($(NOT_FAST))"
+	$(BIN)/python -m pytest -m "not ($(NOT_FAST))" --fast-tier-seconds=$(FAST_TIER_SECONDS)
 
 test-slow: synapse
 	XMTP_PUSH_TEST_SYNAPSE_VENV=$(abspath $(SYNAPSE_VENV)) $(BIN)/python -m pytest -m "$(NOT_FAST)"

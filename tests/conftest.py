@@ -15,22 +15,11 @@ from tests.support import (
     make_settings,
     running,
 )
-from tests.support import tiers as tiers_support
 from tests.support.redis_cluster import redis_cluster  # noqa: F401  (the test Redis Cluster, a fixture)
 
-# Fixtures for every test module: the fakes of the remote ends (one fixture per fake).
-pytest_plugins = ["tests.support.fakes"]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the outside services it needs (tests/support/tiers.py)."""
-    tiers_support.mark(items)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A service a test needs that is absent fails it in one line, before its fixtures run."""
-    tiers_support.check(item)
+# Fixtures for every test module: the fakes of the remote ends (one fixture per fake); the test tiers:
+# services marked from fixtures, an absent one failing in one line, the fast tier held to its bound.
+pytest_plugins = ["tests.support.fakes", "tests.support.tiers"]
 
 
 @pytest.fixture(scope="session")

@@ -636,6 +636,7 @@ async def _assert_nothing_applied(api: Api, creds: Creds, before: Snapshot) -> N
     assert [row for row in after.subscriptions if row[1] != topic] == list(before.subscriptions)
 
 
+@pytest.mark.slow
 async def test_deadline_exceeded_when_blocked(api_with: ApiWith, database_url: str) -> None:
     async with api_with(request_timeout_seconds=0.3) as api:
         creds, _ = await seeded(api)
@@ -655,6 +656,7 @@ async def test_deadline_exceeded_when_blocked(api_with: ApiWith, database_url: s
         await _assert_nothing_applied(api, creds, before)
 
 
+@pytest.mark.slow
 async def test_client_deadlines_shorter_than_the_limit_are_honoured(
     api_with: ApiWith, database_url: str
 ) -> None:

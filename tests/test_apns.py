@@ -281,6 +281,7 @@ async def test_many_error_answers_on_one_connection_all_resolve(fake: FakeApns) 
     assert len({r.connection for r in fake.requests}) == 1
 
 
+@pytest.mark.slow
 async def test_padded_error_answers_on_one_connection_all_resolve(fake: FakeApns) -> None:
     # Padding takes window like the body (RFC 9113 section 6.1). A client that gives back only the
     # body's length loses 256 bytes of its 64 KiB connection window per answer here: it stalls after
@@ -343,6 +344,7 @@ async def test_timeout_bounds_a_server_that_never_answers(fake: FakeApns) -> Non
         await apns.close()
 
 
+@pytest.mark.slow
 async def test_an_answer_after_the_timeout_harms_no_other_request(fake: FakeApns) -> None:
     credentials = apns_credentials(apns_settings(fake))
     assert credentials is not None
@@ -363,6 +365,7 @@ async def test_an_answer_after_the_timeout_harms_no_other_request(fake: FakeApns
         await apns.close()
 
 
+@pytest.mark.slow
 async def test_connection_refused_is_transient(tls: TlsFiles) -> None:
     stopped = FakeApns(tls).start()
     endpoint = stopped.endpoint
@@ -389,6 +392,7 @@ async def test_connection_lost_mid_request_is_transient(fake: FakeApns, provider
     assert (await provider.send(apns_push(hint(), device("ok.reconnected")))).kind is OutcomeKind.DELIVERED
 
 
+@pytest.mark.slow
 async def test_a_connection_is_kept_while_used_and_closed_once_idle(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:
@@ -421,6 +425,7 @@ async def test_pushes_started_together_all_arrive_and_each_answer_reaches_its_ow
     assert sorted(r.token for r in fake.requests) == sorted(tokens)
 
 
+@pytest.mark.slow
 async def test_untrusted_server_certificate_is_transient(fake: FakeApns, tmp_path: Path) -> None:
     other = make_tls_files(tmp_path / "other-ca")  # a CA that did not sign the fake's certificate
     credentials = apns_credentials(

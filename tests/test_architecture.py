@@ -9,9 +9,8 @@ module breaks no other. The product's structure is held by the import contracts:
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+from tests.support.sources import found_in_test_modules
 
 
 def is_test_module(name: str) -> bool:
@@ -72,11 +71,5 @@ def later():
 
 
 def test_no_module_of_the_tests_imports_a_test_module() -> None:
-    modules = sorted(TESTS.rglob("*.py"))
-    assert len(modules) >= 50  # the tests were found
-    found = {
-        str(module.relative_to(TESTS)): names
-        for module in modules
-        if (names := imported_test_modules(module.read_text(encoding="utf-8")))
-    }
+    found = found_in_test_modules(imported_test_modules)
     assert found == {}, "move what they share into tests/conftest.py or a module of tests/support/"

@@ -42,6 +42,9 @@ from tests.support import clear_tables, eventually, make_settings
 from tests.support.pipeline import exclusive_redis_db
 from workers.server import running_api
 
+# Every test here reaches these services itself.
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
 REDIS_URL = "redis://127.0.0.1:6379/7"
 INGEST_TOKEN = "t"
 STREAMS = (ENVELOPES, *(delivery_stream(label) for label in ("apns", "fcm", "http")))

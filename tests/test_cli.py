@@ -18,6 +18,9 @@ from tests.support.cli import START_TIMEOUT, dev_env, run, sqlite_url, started, 
 from tests.support.ops import free_port
 from tests.support.process import clean_env
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 
 def tables(db: Path) -> set[str]:
     with sqlite3.connect(db) as connection:

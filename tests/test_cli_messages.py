@@ -19,6 +19,9 @@ from app.ops import failures
 from tests.support import POSTGRES_ADMIN_DSN, create_sqlite_database
 from tests.support.ops import child_env, command, free_port
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 PASSWORD = "pw-" + secrets.token_hex(6)
 RUN_TIMEOUT = 60.0
 SERVER = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].split("://", 1)[1].split("@")[-1]  # host:port
@@ -96,7 +99,17 @@ def assert_one_line(result: subprocess.CompletedProcess[str], code: int, setting
     assert "Traceback" not in result.stderr and PASSWORD not in result.stdout + result.stderr, shown
 
 
-@pytest.mark.parametrize("case", DATABASE_CASES)
+# The cases whose command reaches PostgreSQL itself (the others fail before connecting, or on SQLite).
+REACHES_POSTGRES = {"missing", "credentials"}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(case, marks=pytest.mark.postgres) if case in REACHES_POSTGRES else case
+        for case in DATABASE_CASES
+    ],
+)
 @pytest.mark.parametrize("args", [("migrate",), ("stats",), ("dev",)], ids=" ".join)
 def test_a_database_failure_is_one_line_with_its_code(tmp_path: Path, case: str, args: tuple[str]) -> None:
     url, code, words = DATABASE_CASES[case]
@@ -123,6 +136,7 @@ def test_an_unreachable_redis_is_one_line_with_its_code(tmp_path: Path) -> None:
     assert_one_line(result, failures.REDIS_UNREACHABLE, "XMTP_PUSH_REDIS_URL", "unreachable")
 
 
+@pytest.mark.postgres
 def test_config_check_exits_with_the_first_failures_code(tmp_path: Path) -> None:
     result = xmtp_push("config", "check", cwd=tmp_path, database_url=postgres("xmtp_push_no_such_database"))
     assert result.returncode == failures.DATABASE_MISSING, result
@@ -132,6 +146,7 @@ def test_config_check_exits_with_the_first_failures_code(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("how", ["--debug", "LOG_LEVEL=DEBUG"])
+@pytest.mark.postgres
 def test_debugging_shows_the_traceback_too(tmp_path: Path, how: str) -> None:
     url = postgres("xmtp_push_no_such_database")
     if how == "--debug":

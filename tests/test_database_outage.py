@@ -95,6 +95,7 @@ def test_outage_states_are_told_from_bugs() -> None:
     assert not is_unavailable(ValueError())
 
 
+@pytest.mark.slow
 async def test_a_database_that_accepts_and_never_answers_is_unavailable_within_the_connect_timeout() -> None:
     """A PostgreSQL address that takes the connection and then says nothing (a hung server, a
     black-holing proxy): the call answers UNAVAILABLE once the connect timeout passes."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncpg
+import pytest
 
 from app.recipients import repository as repo
 from app.runtime import open_runtime
@@ -23,6 +24,7 @@ async def _terminate_connections(database_url: str) -> int:
     return len(rows)
 
 
+@pytest.mark.postgres
 async def test_a_read_after_a_lost_connection_reconnects_first() -> None:
     url = await create_postgres_database()
     try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from app.core.channels import Channel
 from app.delivery.types import DELIVERED, Outcome, Push
 from app.queue.base import Share
@@ -21,6 +23,9 @@ from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import envelope, group_topic, running_pipeline, wait_until
 from workers.delivery import DeliveryWorker
 from workers.fanout import run_fanout
+
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
 
 redis_url = pipeline_support.redis_url
 some_stack = pipeline_support.some_stack

@@ -254,6 +254,7 @@ async def test_each_process_answers_its_probes_on_a_read_only_root(
     )
 
 
+@pytest.mark.postgres
 async def test_the_migrate_job_migrates_on_a_read_only_root() -> None:
     migrate = deploy.workloads()["migrate"]
     async with deploy.empty_database() as url:

@@ -22,6 +22,9 @@ from tests.support.egress import Providers, every_device, gateway_config, gatewa
 from tests.support.matrix import device, event_id_only
 from tests.support.ops import channel_env, register, xmtp_push
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 USER, PASSWORD = "pushes", "s3cret-proxy-word"
 
 

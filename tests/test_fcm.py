@@ -118,6 +118,7 @@ async def test_concurrent_sends_share_one_access_token(fake: FakeFcm, fresh: Fcm
     assert {r.headers["authorization"] for r in fake.requests} == {"Bearer test-token"}
 
 
+@pytest.mark.slow
 async def test_a_slow_token_endpoint_does_not_stall_the_event_loop(fake: FakeFcm, fresh: FcmProvider) -> None:
     # google-auth fetches the token with a blocking call; the worker's other channels share the loop.
     fake.token_delay = 2.0  # the loop standing still for it would show as a 2 s gap
@@ -446,6 +447,7 @@ async def hasty(fake: FakeFcm) -> AsyncIterator[FcmProvider]:
     await fcm.close()
 
 
+@pytest.mark.slow
 async def test_a_401_while_the_token_endpoint_stalls_freezes_no_channel(
     fake: FakeFcm, apns_server: FakeApns, patient: FcmProvider
 ) -> None:
@@ -471,6 +473,7 @@ async def test_a_401_while_the_token_endpoint_stalls_freezes_no_channel(
     assert len(fake.token_requests) == 2
 
 
+@pytest.mark.slow
 async def test_a_401_whose_fresh_token_does_not_come_in_time_is_transient(
     fake: FakeFcm, hasty: FcmProvider
 ) -> None:

@@ -17,8 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.ops import free_port
 from tests.support.readme import section
+
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -17,6 +17,9 @@ from tests.support.pipeline import INGEST_TOKEN, Stack, envelope, group_topic, r
 from tests.support.process import clean_env
 from tests.support.readme import section, table
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 COMMANDS = (
     "dev",
     "api",

@@ -56,6 +56,9 @@ from workers.listener import PAGE_LIMIT, run_listener
 from workers.runner import run_workers
 from workers.server import running_api
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 KEEPALIVE_TIMEOUT = 1.0  # the listener's; the fake node sends keep-alives every 0.25 s unless told
 WAIT = 15.0  # bound on every wait for hints
 

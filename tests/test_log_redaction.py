@@ -131,6 +131,7 @@ async def wait_healthy(process: asyncio.subprocess.Process, port: int, stderr: P
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+@pytest.mark.postgres
 async def test_dev_logs_json_lines_without_secrets(
     database: str,
     receiver: Receiver,

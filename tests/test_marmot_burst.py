@@ -37,6 +37,9 @@ from tests.support.marmot import (  # noqa: F401  (fixtures)
     triggers,
 )
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 BURST = 1_500
 # One token and seven chunks of padding: ~28 KB a gift wrap, so the burst (~42 MB) overflows the
 # socket's buffers while the handlers are busy, and each trigger costs a handler ~2 ms of CPU.

@@ -30,6 +30,9 @@ from tests.support.marmot import (  # noqa: F401  (fixtures)
 from tests.support.ops import free_port
 from tests.support.process import clean_env
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 KEY = "XMTP_PUSH_MARMOT_SECRET_KEY"
 
 

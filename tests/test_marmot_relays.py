@@ -166,6 +166,7 @@ async def test_auth_required_relay_is_answered_and_the_subscription_sent_again()
         assert recorder.events == [event_dict(wrap)]
 
 
+@pytest.mark.slow
 async def test_a_relay_restarted_mid_run_is_reconnected_and_later_wraps_arrive() -> None:
     relay = await Relay().start()
     try:
@@ -184,6 +185,7 @@ async def test_a_relay_restarted_mid_run_is_reconnected_and_later_wraps_arrive()
         relay.stop()
 
 
+@pytest.mark.slow
 async def test_a_silent_relay_is_reconnected_after_the_watchdog() -> None:
     async with (
         running_relay() as relay,

@@ -250,6 +250,7 @@ async def test_without_redis_a_server_works_alone_and_says_so(
     assert apns.count == 1
 
 
+@pytest.mark.slow
 async def test_with_redis_away_a_server_pushes_alone_and_logs_it_once(
     key: ServerKey, fakes: tuple[FakeApns, FakeFcm], caplog: pytest.LogCaptureFixture
 ) -> None:

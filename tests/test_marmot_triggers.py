@@ -345,6 +345,7 @@ async def test_the_device_limit_is_charged_after_decryption(
     assert tokens("apns", "rate_limited") == limited + 1
 
 
+@pytest.mark.slow
 async def test_at_most_max_concurrent_triggers_are_in_flight(
     key: ServerKey, fakes: tuple[FakeApns, FakeFcm]
 ) -> None:
@@ -364,6 +365,7 @@ async def test_at_most_max_concurrent_triggers_are_in_flight(
     assert [r.token for r in apns.requests] == ["11" * 32, "22" * 32]
 
 
+@pytest.mark.slow
 async def test_pushes_in_flight_are_bounded_per_channel(
     key: ServerKey, fakes: tuple[FakeApns, FakeFcm]
 ) -> None:

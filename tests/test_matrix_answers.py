@@ -137,6 +137,7 @@ async def test_a_body_streamed_past_512_kib_is_m_too_large(gateway: RunningGatew
     assert (response.status_code, response.json()["errcode"]) == (413, "M_TOO_LARGE")
 
 
+@pytest.mark.slow
 async def test_a_body_that_trickles_is_answered_408_at_the_request_timeout(config_path: str) -> None:
     # The body's time counts against the request's one deadline (XMTP_PUSH_MATRIX_REQUEST_TIMEOUT_SECONDS).
     async with running(gateway_settings(config_path, matrix_request_timeout_seconds=1.0)) as slow:

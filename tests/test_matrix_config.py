@@ -363,6 +363,7 @@ async def test_a_certificate_app_sends_with_its_client_certificate_and_no_token(
     assert (request.header("apns-topic"), request.path) == ("org.cert", "/3/device/010203")
 
 
+@pytest.mark.slow
 async def test_a_token_app_is_refused_where_a_certificate_is_required(tmp_path: Path, tls: TlsFiles) -> None:
     certfile = certificate_file(tmp_path, "org.cert")
     keyfile, _ = write_key_files(tmp_path)

@@ -396,6 +396,7 @@ async def test_a_transient_failure_is_retried_within_the_request(
     assert len(apns.requests_for(pushkey["pushkey"])) == 2
 
 
+@pytest.mark.slow
 async def test_retries_stop_at_the_request_timeout_with_502(gateway: RunningGateway, apns: FakeApns) -> None:
     pushkey = raw("unavailable")
     started = time.monotonic()
@@ -406,6 +407,7 @@ async def test_retries_stop_at_the_request_timeout_with_502(gateway: RunningGate
     assert len(apns.requests_for(pushkey["pushkey"])) >= 2  # short retries first
 
 
+@pytest.mark.slow
 async def test_an_fcm_retry_after_within_the_budget_is_waited_for(
     gateway: RunningGateway, fcm: FakeFcm
 ) -> None:
@@ -431,6 +433,7 @@ def quota(retry_after: str | None) -> FcmReply:
     return FcmReply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", retry_after=retry_after)
 
 
+@pytest.mark.slow
 async def test_an_fcm_quota_retry_after_within_the_budget_is_waited_for(
     gateway: RunningGateway, fcm: FakeFcm
 ) -> None:
@@ -442,6 +445,7 @@ async def test_an_fcm_quota_retry_after_within_the_budget_is_waited_for(
     assert second.received - first.received >= 1.0
 
 
+@pytest.mark.slow
 async def test_fcm_quota_answers_are_tried_three_times_in_all(config_path: str, fcm: FakeFcm) -> None:
     fcm.script("quota-again", quota("1"))  # every answer
     async with running(gateway_settings(config_path, matrix_request_timeout_seconds=10)) as patient:

@@ -28,6 +28,9 @@ from tests.support.matrix import (
 )
 from tests.support.pipeline import redis_url  # noqa: F401  (the test Redis DB, flushed)
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 HUNG, LIMITED, LIVE = "org.example.hung", "org.example.limited", "org.example.live"
 TIMEOUT = 2.0
 

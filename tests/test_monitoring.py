@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from prometheus_client import REGISTRY
 
@@ -96,6 +97,7 @@ def test_series_names_are_read_out_of_promql() -> None:
     assert series_names(expr) == {"xmtp_push_delivery_seconds_bucket", "up", "process_start_time_seconds"}
 
 
+@pytest.mark.tools("promtool")
 def test_promtool_checks_and_tests_the_alert_rules() -> None:
     promtool = required_tool("promtool", "prometheus")
     folder = RULES.parent
@@ -111,6 +113,7 @@ def test_promtool_checks_and_tests_the_alert_rules() -> None:
     assert fired == set(rule_exprs())
 
 
+@pytest.mark.tools("promtool")
 def test_prometheus_scrapes_every_process_of_the_compose_file(tmp_path: Path) -> None:
     promtool = required_tool("promtool", "prometheus")
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
@@ -174,6 +177,7 @@ def test_the_dashboard_shows_failures_apart_and_in_red() -> None:
     assert colors["failed"] == "red"
 
 
+@pytest.mark.tools("docker-compose")
 def test_the_monitoring_profile_mounts_the_deploy_files(tmp_path: Path) -> None:
     # The deployment's folder as an operator has it: the deploy files and a filled-in .env.
     (tmp_path / "deploy").symlink_to(DEPLOY)
@@ -192,6 +196,7 @@ def test_the_monitoring_profile_mounts_the_deploy_files(tmp_path: Path) -> None:
     assert {"/etc/prometheus/prometheus.yml", "/etc/prometheus/alerts.yml"} <= mounted
 
 
+@pytest.mark.tools("docker-compose")
 async def test_the_workers_and_the_listener_are_checked_on_their_metrics_port(
     tmp_path: Path, postgresql_url: str, redis_url: str
 ) -> None:

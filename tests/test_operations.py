@@ -85,6 +85,7 @@ def published(port: str | dict[str, Any]) -> tuple[str, int, int]:
     return host, int(published_port), int(target)
 
 
+@pytest.mark.tools("docker-compose")
 def test_compose_file_is_valid_and_has_the_production_shape(tmp_path: Path) -> None:
     code, config, output = compose_config(tmp_path, example_env())
     assert code == 0, output
@@ -127,6 +128,7 @@ def test_compose_file_is_valid_and_has_the_production_shape(tmp_path: Path) -> N
     assert "XMTP testnet" in COMPOSE_FILE.read_text() and "XMTP testnet" in ENV_EXAMPLE.read_text()
 
 
+@pytest.mark.tools("docker-compose")
 def test_compose_file_passes_every_setting_of_the_env_file(tmp_path: Path) -> None:
     settings = {
         "XMTP_PUSH_HTTP_TIMEOUT_SECONDS": "4",
@@ -149,6 +151,7 @@ def test_env_example_names_only_settings() -> None:
     assert not unknown, unknown
 
 
+@pytest.mark.tools("docker-compose")
 def test_compose_file_refuses_to_start_without_a_database_password(tmp_path: Path) -> None:
     no_password = ENV_EXAMPLE.read_text()
     assert "\nPOSTGRES_PASSWORD=\n" in no_password  # the example ships none
@@ -221,6 +224,7 @@ async def running_nginx(config: Path, port: int) -> AsyncIterator[None]:
             await process.wait()
 
 
+@pytest.mark.tools("nginx")
 async def test_nginx_example_routes_grpc_and_connect(
     postgresql_url: str, tls: TlsFiles, tmp_path: Path
 ) -> None:
@@ -426,6 +430,7 @@ async def test_send_test_sends_through_each_channel_and_changes_nothing(
 # --- stats -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.redis
 async def test_stats_after_a_scripted_run(
     redis_postgresql_stack: pipeline_support.Stack, receiver: Receiver, apns_server: FakeApns, tls: TlsFiles
 ) -> None:
@@ -542,6 +547,7 @@ def check_lines(output: str) -> dict[str, str]:
     return found
 
 
+@pytest.mark.redis
 async def test_config_check(
     postgresql_url: str, tmp_path: Path, apns_server: FakeApns, fcm_server: FakeFcm
 ) -> None:

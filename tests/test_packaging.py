@@ -16,7 +16,11 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
 from alembic.script import ScriptDirectory
+
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
 
 TREE = Path(__file__).resolve().parents[1]
 SHIPPED = ("pyproject.toml", "README.md", "app", "workers", "alembic")

@@ -44,6 +44,9 @@ from tests.support.pipeline import (
     welcome_topic,
 )
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 # Fixtures from the helper module, bound here so pytest finds them.
 redis_url = pipeline_support.redis_url
 redis_postgresql_stack = pipeline_support.redis_postgresql_stack

@@ -342,6 +342,7 @@ async def test_blocked_read_wakes_up_when_an_entry_arrives(steady_queue: WorkQue
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.slow  # five rounds of resting half a second
 async def test_an_idle_reader_is_woken_at_once_by_work_its_own_process_adds(steady_queue: WorkQueue) -> None:
     # A fan-out adding delivery jobs in a worker: that worker's delivery reader, resting between reads
     # of an empty stream (Redis: up to 0.2 s), takes them without waiting out its rest.
@@ -648,6 +649,7 @@ async def test_claim_once_free_same_owner_other_owner(steady_queue: WorkQueue) -
     ]
 
 
+@pytest.mark.slow
 async def test_claim_expires_after_its_ttl(steady_queue: WorkQueue) -> None:
     q = steady_queue
     assert await q.claim_once([("k", "a")], 1) == [True]

@@ -17,6 +17,9 @@ from app.runtime import open_runtime
 from tests.support import make_settings
 from workers.runner import run_workers
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 
 def closed_port() -> int:
     with socket.socket() as probe:

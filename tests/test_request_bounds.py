@@ -112,6 +112,7 @@ async def test_a_nesting_bomb_is_a_400_naming_the_body(api: Api) -> None:
     assert response.json() == {"error": "body: JSON is nested too deeply"}
 
 
+@pytest.mark.slow
 async def test_a_body_that_trickles_is_given_up_at_the_request_timeout(api: Api) -> None:
     headers = {"content-type": "application/json"}
     started = asyncio.get_running_loop().time()
@@ -121,6 +122,7 @@ async def test_a_body_that_trickles_is_given_up_at_the_request_timeout(api: Api)
     assert asyncio.get_running_loop().time() - started < 5
 
 
+@pytest.mark.slow
 async def test_headers_that_trickle_are_cut_off_at_the_request_timeout(api: Api) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", api.http_port)
     started = asyncio.get_running_loop().time()

@@ -36,6 +36,9 @@ from tests.support.own_redis import redis_server
 from tests.support.pipeline import REDIS_TEST_URL
 from tests.support.process import Child, child, events, wait_answering
 
+# Every test here runs the product end to end: a second or more each.
+pytestmark = pytest.mark.slow
+
 SERVER = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].split("://", 1)[1].split("@")[-1]  # host:port
 PASSWORD = "pw-" + secrets.token_hex(6)
 SERVING = re.compile(r"serving http=\S+ grpc=\S+")
@@ -179,6 +182,7 @@ async def test_api_says_at_start_up_that_redis_is_unreachable(
     assert_no_errors(api)
 
 
+@pytest.mark.tools("redis-server")
 async def test_a_worker_says_once_that_redis_is_down_and_once_that_it_is_back(tmp_path: Path) -> None:
     port = free_port()
     env = child_env(
@@ -202,6 +206,7 @@ async def test_a_worker_says_once_that_redis_is_down_and_once_that_it_is_back(tm
     assert_no_errors(worker)
 
 
+@pytest.mark.redis
 async def test_listen_is_not_ready_until_the_firehose_is_open_and_names_the_node_setting(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import psutil
+import pytest
 
 from app import __version__
 from app.api.status import COLORS, FAILURE_COLORS, render
@@ -140,6 +141,7 @@ def pipeline_with_apns(
     )
 
 
+@pytest.mark.browser
 async def test_status_page_in_headless_chromium(
     redis_postgresql_stack: pipeline_support.Stack,
     receiver: Receiver,
@@ -213,6 +215,7 @@ async def failure_burst(pipe: Pipeline, receiver: Receiver, apns: FakeApns) -> d
     return expected
 
 
+@pytest.mark.browser
 async def test_a_failure_burst_shows_in_red(
     redis_postgresql_stack: pipeline_support.Stack,
     receiver: Receiver,

@@ -2,20 +2,27 @@
 pyproject.toml), and `slow` when it takes a second or more, so `make test-fast` can run, within a
 minute, the tests that need no outside service and are not slow.
 
-A test is marked from the fixtures it requests (FIXTURES), from the parameters of the fixtures that run
-it on several stands (PARAMETERS: the SQLite variant needs nothing, the PostgreSQL one PostgreSQL), and,
-for a test that reaches a service or a program itself, from the table in TESTS. Before a marked test
-runs, each of its services is looked for; one that is absent fails the test with one line naming it and
-how to start it: a test never skips.
+Markers are written where the tests are: `pytestmark = pytest.mark.slow` for a module,
+`@pytest.mark.slow`, `@pytest.mark.postgres`, `@pytest.mark.tools("nginx")` ... for a test that waits out a
+timeout or reaches a service or a program itself. Fixtures mark the tests that request them (FIXTURES),
+and the fixtures that run a test on several stands mark each item by its stand (PARAMETERS: the SQLite
+variant needs nothing, the PostgreSQL one PostgreSQL). Before a marked test runs, each of its services is
+looked for; one that is absent fails the test with one line naming it and how to start it: a test never
+skips. With `--fast-tier-seconds` (`make test-fast` passes it), a test of the fast tier whose call takes
+longer fails with its name, so a slow test cannot lengthen the fast tier unseen.
+
+This module is a pytest plugin (tests/conftest.py registers it).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import socket
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import tomllib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -69,167 +76,57 @@ PARAMETERS: dict[str, Callable[[object], tuple[str, ...]]] = {
 }
 
 
-@dataclass(frozen=True)
-class Needs:
-    """A test (`module::function`) that reaches services itself; with `only`, just the items whose
-    parameter has one of the values given."""
-
-    test: str
-    services: tuple[str, ...]
-    tools: tuple[str, ...] = ()
-    only: tuple[str, tuple[str, ...]] | None = None
-
-
-COMPOSE = ("tools",)
-TESTS: tuple[Needs, ...] = (
-    Needs(
-        "test_cli_messages.py::test_a_database_failure_is_one_line_with_its_code",
-        ("postgres",),
-        only=("case", ("missing", "credentials")),
-    ),
-    Needs("test_cli_messages.py::test_config_check_exits_with_the_first_failures_code", ("postgres",)),
-    Needs("test_cli_messages.py::test_debugging_shows_the_traceback_too", ("postgres",)),
-    Needs("test_database_reads.py::test_a_read_after_a_lost_connection_reconnects_first", ("postgres",)),
-    Needs("test_log_redaction.py::test_dev_logs_json_lines_without_secrets", ("postgres",)),
-    Needs("test_deploy.py::test_the_migrate_job_migrates_on_a_read_only_root", ("postgres",)),
-    Needs("test_channels_e2e.py", ("redis", "postgres")),
-    Needs(
-        "test_runtime_trouble.py::test_a_worker_says_once_that_redis_is_down_and_once_that_it_is_back",
-        ("tools",),
-        tools=("redis-server",),
-    ),
-    Needs(
-        "test_runtime_trouble.py::test_listen_is_not_ready_until_the_firehose_is_open_and_names_the_node_setting",
-        ("redis",),
-    ),
-    Needs(
-        "test_operations.py::test_compose_file_is_valid_and_has_the_production_shape",
-        COMPOSE,
-        tools=("docker-compose",),
-    ),
-    Needs(
-        "test_operations.py::test_compose_file_passes_every_setting_of_the_env_file",
-        COMPOSE,
-        tools=("docker-compose",),
-    ),
-    Needs(
-        "test_operations.py::test_compose_file_refuses_to_start_without_a_database_password",
-        COMPOSE,
-        tools=("docker-compose",),
-    ),
-    Needs("test_operations.py::test_nginx_example_routes_grpc_and_connect", ("tools",), tools=("nginx",)),
-    Needs("test_operations.py::test_stats_after_a_scripted_run", ("redis",)),
-    Needs("test_operations.py::test_config_check", ("redis",)),
-    Needs(
-        "test_monitoring.py::test_promtool_checks_and_tests_the_alert_rules", ("tools",), tools=("promtool",)
-    ),
-    Needs(
-        "test_monitoring.py::test_prometheus_scrapes_every_process_of_the_compose_file",
-        ("tools",),
-        tools=("promtool",),
-    ),
-    Needs(
-        "test_monitoring.py::test_the_monitoring_profile_mounts_the_deploy_files",
-        COMPOSE,
-        tools=("docker-compose",),
-    ),
-    Needs(
-        "test_monitoring.py::test_the_workers_and_the_listener_are_checked_on_their_metrics_port",
-        COMPOSE,
-        tools=("docker-compose",),
-    ),
-    Needs("test_status_page.py::test_status_page_in_headless_chromium", ("browser",)),
-    Needs("test_status_page.py::test_a_failure_burst_shows_in_red", ("browser",)),
-)
-
-
-# --- slow: left out of `make test-fast` too, which stays within a minute ------------------------------
-
-# Modules whose tests run the product end to end: xmtp-push processes, the whole pipeline, a burst.
-SLOW_MODULES = frozenset(
-    {
-        "test_cli.py",
-        "test_cli_messages.py",
-        "test_delivery_slots.py",
-        "test_egress_proxy.py",
-        "test_first_hint.py",
-        "test_first_hour.py",
-        "test_listener.py",
-        "test_marmot_burst.py",
-        "test_marmot_command.py",
-        "test_matrix_isolation.py",
-        "test_packaging.py",
-        "test_pipeline_e2e.py",
-        "test_queue_outage.py",
-        "test_runtime_trouble.py",
-    }
-)
-# Tests elsewhere that wait out a timeout, a retry or a watchdog: a second or more each.
-SLOW_TESTS = frozenset(
-    {
-        "test_admission.py::test_client_deadlines_shorter_than_the_limit_are_honoured",
-        "test_admission.py::test_deadline_exceeded_when_blocked",
-        "test_apns.py::test_a_connection_is_kept_while_used_and_closed_once_idle",
-        "test_apns.py::test_an_answer_after_the_timeout_harms_no_other_request",
-        "test_apns.py::test_connection_refused_is_transient",
-        "test_apns.py::test_padded_error_answers_on_one_connection_all_resolve",
-        "test_apns.py::test_untrusted_server_certificate_is_transient",
-        "test_database_outage.py::test_a_database_that_accepts_and_never_answers_is_unavailable_within_the_connect_timeout",
-        "test_fcm.py::test_a_401_while_the_token_endpoint_stalls_freezes_no_channel",
-        "test_fcm.py::test_a_401_whose_fresh_token_does_not_come_in_time_is_transient",
-        "test_fcm.py::test_a_slow_token_endpoint_does_not_stall_the_event_loop",
-        "test_marmot_relays.py::test_a_relay_restarted_mid_run_is_reconnected_and_later_wraps_arrive",
-        "test_marmot_relays.py::test_a_silent_relay_is_reconnected_after_the_watchdog",
-        "test_marmot_shared.py::test_with_redis_away_a_server_pushes_alone_and_logs_it_once",
-        "test_marmot_triggers.py::test_at_most_max_concurrent_triggers_are_in_flight",
-        "test_marmot_triggers.py::test_pushes_in_flight_are_bounded_per_channel",
-        "test_matrix_answers.py::test_a_body_that_trickles_is_answered_408_at_the_request_timeout",
-        "test_matrix_config.py::test_a_token_app_is_refused_where_a_certificate_is_required",
-        "test_matrix_gateway.py::test_an_fcm_quota_retry_after_within_the_budget_is_waited_for",
-        "test_matrix_gateway.py::test_an_fcm_retry_after_within_the_budget_is_waited_for",
-        "test_matrix_gateway.py::test_fcm_quota_answers_are_tried_three_times_in_all",
-        "test_matrix_gateway.py::test_retries_stop_at_the_request_timeout_with_502",
-        "test_queue_contract.py::test_claim_expires_after_its_ttl",
-        "test_request_bounds.py::test_a_body_that_trickles_is_given_up_at_the_request_timeout",
-        "test_request_bounds.py::test_headers_that_trickle_are_cut_off_at_the_request_timeout",
-    }
-)
-
-
-def _module_and_name(item: pytest.Item) -> tuple[str, str]:
-    module = Path(str(item.fspath)).name
-    return module, f"{module}::{getattr(item, 'originalname', item.name)}"
-
-
-def needs_of(item: pytest.Item) -> tuple[set[str], set[str]]:
-    """The services and the programs a test item needs."""
+def needs_of(item: pytest.Item) -> set[str]:
+    """The services a test item needs through its fixtures and the stands they run it on."""
     services: set[str] = set()
-    tools: set[str] = set()
     for name in getattr(item, "fixturenames", ()):
         services.update(FIXTURES.get(name, ()))
     params = getattr(getattr(item, "callspec", None), "params", {})
     for name, value in params.items():
         if name in PARAMETERS:
             services.update(PARAMETERS[name](value))
-    module, test = _module_and_name(item)
-    for needs in TESTS:
-        if needs.test not in (module, test):
-            continue
-        if needs.only is not None and params.get(needs.only[0]) not in needs.only[1]:
-            continue
-        services.update(needs.services)
-        tools.update(needs.tools)
-    return services, tools
+    return services
 
 
 def mark(items: Iterable[pytest.Item]) -> None:
     for item in items:
-        services, tools = needs_of(item)
-        for service in sorted(services):
-            item.add_marker(getattr(pytest.mark, service)(*sorted(tools) if service == "tools" else ()))
-        module, test = _module_and_name(item)
-        if module in SLOW_MODULES or test in SLOW_TESTS:
-            item.add_marker(pytest.mark.slow)
+        for service in sorted(needs_of(item)):
+            item.add_marker(getattr(pytest.mark, service))
+
+
+# --- the fast tier stays fast: a test over its bound fails, named ----------------------------------
+
+
+@functools.cache
+def tier_markers(inipath: Path) -> frozenset[str]:
+    """The markers pyproject.toml registers (not the plugins' own, such as asyncio): each takes a test
+    out of the fast tier."""
+    lines = tomllib.loads(inipath.read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"]["markers"]
+    return frozenset(re.split(r"[:(]", line, maxsplit=1)[0].strip() for line in lines)
+
+
+def in_fast_tier(item: pytest.Item) -> bool:
+    assert item.config.inipath is not None  # pyproject.toml
+    return not any(item.get_closest_marker(name) for name in tier_markers(item.config.inipath))
+
+
+def fast_tier_bound(seconds: float) -> float:
+    """`seconds` on an idle machine. A busy one stretches every test, so the bound stretches with its
+    load per core; what it catches, a test that waits out a timeout, takes as long on any machine."""
+    return seconds * (1 + os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def hold_to_the_fast_tier(item: pytest.Item, report: pytest.TestReport) -> None:
+    seconds = item.config.getoption("fast_tier_seconds")
+    if seconds is None or report.when != "call" or not report.passed or not in_fast_tier(item):
+        return
+    bound = fast_tier_bound(seconds)
+    if report.duration > bound:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {report.duration:.2f} s, over the fast tier's {bound:.2f} s "
+            f"({seconds:g} s at this machine's load): mark it @pytest.mark.slow, or make it faster"
+        )
 
 
 # --- a service that is absent: one line ------------------------------------------------------------
@@ -331,3 +228,32 @@ def check(item: pytest.Item) -> None:
             _absent[key] = probe()
         if _absent[key] is not None:
             pytest.fail(str(_absent[key]), pytrace=False)
+
+
+# --- the hooks -------------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast-tier-seconds",
+        type=float,
+        default=None,
+        help="fail a test of the fast tier (no marker of pyproject.toml) whose call takes longer (make test-fast)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the outside services its fixtures need."""
+    mark(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A service a test needs that is absent fails it in one line, before its fixtures run."""
+    check(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    hold_to_the_fast_tier(item, outcome.get_result())
