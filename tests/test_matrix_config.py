@@ -156,6 +156,20 @@ def test_unknown_keys_are_warned_by_name(tmp_path: Path, files: tuple[str, str])
     assert config.warnings == ["XMTP_PUSH_MATRIX_APPS: apps.a: unknown keys ignored: api_key, colour"]
 
 
+def test_send_badge_counts_is_read_by_apns_and_gcm_apps_without_a_warning(
+    tmp_path: Path, files: tuple[str, str]
+) -> None:
+    keyfile, account = files
+    apps = {
+        "a": apns_values(keyfile, send_badge_counts=False),
+        "b": gcm_values(account, send_badge_counts=False),
+        "c": apns_values(keyfile, send_badge_counts=True),
+    }
+    assert load(tmp_path, {"apps": apps}).warnings == []
+    message = error_of(tmp_path, {"apps": {"a": apns_values(keyfile, send_badge_counts="no")}})
+    assert message == "XMTP_PUSH_MATRIX_APPS: apps.a.send_badge_counts: must be true or false"
+
+
 def test_every_type_has_its_keys() -> None:
     assert set(APP_TYPES) >= {"apns", "gcm"}
     assert {"keyfile", "key_id", "team_id", "topic", "platform", "push_type", "certfile"} <= APP_TYPES[

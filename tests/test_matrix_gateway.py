@@ -37,6 +37,8 @@ from tests.support.matrix import (
 )
 
 IOS, RAW, ANDROID = "org.example.ios", "org.example.raw", "org.example.android"
+# Apps that send no counts (send_badge_counts: false).
+NO_BADGE_IOS, NO_BADGE_ANDROID = "org.nobadge.ios", "org.nobadge.android"
 FCM_OPTIONS = {"android": {"ttl": "60s", "priority": "normal"}, "fcm_options": {"analytics_label": "matrix"}}
 
 
@@ -67,6 +69,10 @@ def config_path(tmp_path_factory: pytest.TempPathFactory, apns_server: FakeApns,
         "amb.*.x": apns_app(apns_server, keyfile, convert_device_token_to_hex=False),
         "amb.a.*": apns_app(apns_server, keyfile, convert_device_token_to_hex=False),
         "one.?": apns_app(apns_server, keyfile, convert_device_token_to_hex=False),
+        NO_BADGE_IOS: apns_app(
+            apns_server, keyfile, convert_device_token_to_hex=False, send_badge_counts=False
+        ),
+        NO_BADGE_ANDROID: gcm_app(fcm_server, account, send_badge_counts=False),
     }
     return write_config(folder, apps)
 
@@ -277,6 +283,42 @@ async def test_full_format_to_fcm_flattens_content_and_cuts_long_fields(
         "missed_calls": "1",
     }
     assert fcm.requests[0].json()["message"]["android"]["priority"] == "HIGH"  # ours over fcm_options
+
+
+# --------------------------------------------------------------------------- send_badge_counts: false
+
+
+async def test_an_app_without_badge_counts_sends_events_without_them(
+    gateway: RunningGateway, apns: FakeApns, fcm: FakeFcm
+) -> None:
+    counts = {"unread": 3, "missed_calls": 1}
+    event_id = event()
+    ios, android = device(NO_BADGE_IOS, "ok.nobadge"), device(NO_BADGE_ANDROID, "ok.nobadge")
+    response = await gateway.notify(event_id_only(ios, android, event_id=event_id, counts=counts))
+    assert (response.status_code, response.json()) == (200, {"rejected": []})
+    assert apns.requests[0].json() == {"room_id": "!room:example.org", "event_id": event_id}
+    data = fcm.requests[0].json()["message"]["data"]
+    assert data == {"event_id": event_id, "room_id": "!room:example.org", "prio": "high"}
+    message = {
+        "type": "m.room.message",
+        "sender": "@bob:example.org",
+        "content": {"msgtype": "m.text", "body": "hi"},
+    }
+    full = {**event_id_only(device(NO_BADGE_IOS, "ok.full"), event_id=event(), counts=counts), **message}
+    assert (await gateway.notify(full)).status_code == 200
+    aps = apns.requests_for("ok.full")[0].json()["aps"]
+    assert aps == {"alert": {"loc-key": "MSG_FROM_USER_WITH_CONTENT", "loc-args": ["@bob:example.org", "hi"]}}
+
+
+async def test_an_app_without_badge_counts_sends_no_badge_only_update_and_rejects_nothing(
+    gateway: RunningGateway, apns: FakeApns, fcm: FakeFcm
+) -> None:
+    devices = [device(NO_BADGE_IOS, "ok.badge"), device(NO_BADGE_ANDROID, "ok.badge"), raw("ok")]
+    notification = {"id": "", "type": None, "sender": "", "counts": {"unread": 5}, "devices": devices}
+    response = await gateway.notify(notification)
+    assert (response.status_code, response.json()) == (200, {"rejected": []})
+    assert [r.token for r in apns.requests] == [devices[2]["pushkey"]]  # the app with counts only
+    assert fcm.requests == []
 
 
 # --------------------------------------------------------------------------- routing

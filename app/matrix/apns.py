@@ -5,7 +5,9 @@ to an `event_id_only` pusher) is the pusher's `default_payload` with the ids and
 in; anything else is the full format, an alert with `loc-key`/`loc-args` and a badge of unread
 plus missed calls (a badge-only update when there is no event). Text fields are cut to 1024
 characters, and the body to 4096 bytes (app.matrix.truncation). Pushkeys arrive base64 from
-Matrix iOS clients and are sent as the hex token APNs expects, unless the app says otherwise.
+Matrix iOS clients and are sent as the hex token APNs expects, unless the app says otherwise. An
+app with `send_badge_counts: false` sends no counts: no badge, no `unread_count` or `missed_calls`,
+and no badge-only update at all.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ REJECTING = frozenset({OutcomeKind.DEAD, OutcomeKind.MISMATCH})
 class ApnsOptions:
     push_type: str | None
     convert_device_token_to_hex: bool
+    send_badge_counts: bool = True  # false: no badge, no unread_count or missed_calls (Sygnal 0.17)
 
 
 def make_app(values: AppValues) -> MatrixApp:
     options = ApnsOptions(
         push_type=values.choice("push_type", [kind.value for kind in PushType]),
         convert_device_token_to_hex=values.get("convert_device_token_to_hex", bool, True),
+        send_badge_counts=values.get("send_badge_counts", bool, True),
     )
     credentials = _credentials(values)
     render = functools.partial(render_push, options)
@@ -90,14 +94,14 @@ def _endpoint(values: AppValues) -> str | None:
 APP_TYPE = AppType(
     keys=frozenset(
         {"platform", "keyfile", "key_id", "team_id", "topic", "push_type", "convert_device_token_to_hex"}
-        | {"certfile", "endpoint", "ca_file"}
+        | {"certfile", "endpoint", "ca_file", "send_badge_counts"}
     ),
     make=make_app,
 )
 
 
 def render_push(options: ApnsOptions, notification: Notification, device: Device) -> Push | None:
-    payload = payload_for(notification, device)
+    payload = payload_for(notification, device, send_badge_counts=options.send_badge_counts)
     if payload is None:
         return None
     try:
@@ -129,19 +133,24 @@ def device_token(pushkey: str) -> str:
     return token.hex()
 
 
-def payload_for(notification: Notification, device: Device) -> dict[str, Any] | None:
+def payload_for(
+    notification: Notification, device: Device, *, send_badge_counts: bool = True
+) -> dict[str, Any] | None:
+    """The APNs body; None when there is nothing to show (a badge-only update without its badge)."""
     default_payload = device.data.get("default_payload") or {}
     if notification.event_id and not notification.type:
-        return event_id_only(notification, default_payload)
-    return full(notification, default_payload)
+        return event_id_only(notification, default_payload, send_badge_counts)
+    return full(notification, default_payload, send_badge_counts)
 
 
-def event_id_only(n: Notification, default_payload: dict[str, Any]) -> dict[str, Any]:
+def event_id_only(n: Notification, default_payload: dict[str, Any], counts: bool = True) -> dict[str, Any]:
     payload = dict(default_payload)
     if n.room_id:
         payload["room_id"] = n.room_id
     if n.event_id:
         payload["event_id"] = n.event_id
+    if not counts:
+        return payload
     if n.unread is not None:
         payload["unread_count"] = n.unread
     if n.missed_calls is not None:
@@ -149,9 +158,9 @@ def event_id_only(n: Notification, default_payload: dict[str, Any]) -> dict[str,
     return payload
 
 
-def full(n: Notification, default_payload: dict[str, Any]) -> dict[str, Any] | None:
+def full(n: Notification, default_payload: dict[str, Any], counts: bool = True) -> dict[str, Any] | None:
     loc_key, loc_args = alert_for(n)
-    badge = badge_for(n)
+    badge = badge_for(n) if counts else None
     if loc_key is None and badge is None:
         return None  # nothing to show
     payload: dict[str, Any] = copy.deepcopy(default_payload) if n.type else {}

@@ -30,7 +30,8 @@ class RejectDevice(Exception):
 
 
 # How an app turns one notification for one device into the push its channel sends; None when
-# there is nothing to send (a full-format event with no alert and no count).
+# there is nothing to send (a full-format event with no alert and no count, or a badge-only update
+# of an app that sends no counts).
 Renderer = Callable[[Notification, Device], Push | None]
 
 

@@ -4,7 +4,8 @@ The data map is the pusher's `default_payload`, then the event's fields (each cu
 ending in "…" when cut), the content's string fields as `content_<key>`, `prio` (high or normal)
 and the counts; all of it strings, as FCM requires: a null or absent field is left out (never the
 text "None"), and a non-string value from `default_payload` is sent as its JSON text. The
-operator's `fcm_options` are merged into the message; Android priority follows `prio`.
+operator's `fcm_options` are merged into the message; Android priority follows `prio`. An app with
+`send_badge_counts: false` leaves the counts out, and sends no badge-only update at all.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def make_app(values: AppValues) -> MatrixApp:
         )
     fcm_options: dict[str, Any] = values.get("fcm_options", dict, {})
     values.positive("max_connections", DEFAULT_MAX_CONNECTIONS)  # checked; HTTP/2 multiplexes
-    render = functools.partial(render_push, FcmExtras(fcm_options=fcm_options or None, apns_block=False))
+    extras = FcmExtras(fcm_options=fcm_options or None, apns_block=False)
+    render = functools.partial(render_push, extras, values.get("send_badge_counts", bool, True))
     return MatrixApp(values.app_id, "gcm", Channel.FCM, _credentials(values), render, REJECTING)
 
 
@@ -66,22 +68,28 @@ def _credentials(values: AppValues) -> FcmCredentials:
 
 APP_TYPE = AppType(
     keys=frozenset({"api_version", "project_id", "service_account_file", "fcm_options", "max_connections"})
-    | {"api_key", "endpoint"},  # api_key: a legacy key left in the file, unused
+    | {"send_badge_counts", "api_key", "endpoint"},  # api_key: a legacy key left in the file, unused
     make=make_app,
 )
 
 
-def render_push(extras: FcmExtras, notification: Notification, device: Device) -> Push:
+def render_push(
+    extras: FcmExtras, send_badge_counts: bool, notification: Notification, device: Device
+) -> Push | None:
+    """The push for a device; None when it would carry nothing: a badge-only update (no event, no
+    room) of an app that sends no counts, as Sygnal discards it."""
+    if not send_badge_counts and not notification.event_id and not notification.room_id:
+        return None
     return Push(
         address=device.pushkey,
-        payload=data_for(notification, device),
+        payload=data_for(notification, device, send_badge_counts=send_badge_counts),
         kind=PushKind.BACKGROUND,  # a data message: the app decides what to show
         priority=Priority.NORMAL if notification.prio == "low" else Priority.HIGH,
         extras=extras,
     )
 
 
-def data_for(n: Notification, device: Device) -> dict[str, str]:
+def data_for(n: Notification, device: Device, *, send_badge_counts: bool = True) -> dict[str, str]:
     data: dict[str, Any] = dict(device.data.get("default_payload") or {})
     for name in EVENT_FIELDS:
         data[name] = _cut(getattr(n, name))
@@ -90,9 +98,9 @@ def data_for(n: Notification, device: Device) -> dict[str, str]:
             {f"content_{key}": _cut(value) for key, value in n.content.items() if isinstance(value, str)}
         )
     data["prio"] = "normal" if n.prio == "low" else "high"
-    if n.unread is not None:
+    if send_badge_counts and n.unread is not None:
         data["unread"] = str(n.unread)
-    if n.missed_calls is not None:
+    if send_badge_counts and n.missed_calls is not None:
         data["missed_calls"] = str(n.missed_calls)
     return {key: _text(value) for key, value in data.items() if value is not None}
 

@@ -41,6 +41,15 @@ def fcm_server() -> Iterator[FakeFcm]:
 
 
 @pytest.fixture
+def fakes(apns_server: FakeApns, fcm_server: FakeFcm) -> Iterator[tuple[FakeApns, FakeFcm]]:
+    """Both push fakes, reset; the test fails when a request to the APNs fake did not verify."""
+    apns_server.reset()
+    fcm_server.reset()
+    yield apns_server, fcm_server
+    assert apns_server.failures == []
+
+
+@pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:
     """A webhook receiver over HTTP; the test fails when a request to it did not verify."""
     async with Receiver() as started:

@@ -11,7 +11,7 @@ import base64
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -29,6 +29,7 @@ from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm
 from fakes.keys import service_account
 from tests.support import eventually, make_settings
+from tests.support.fakes import fakes  # noqa: F401  (a fixture the Marmot tests import from here)
 from tests.support.proxy import TcpProxy
 from tests.support.redis_cluster import ClusterUnderTest
 from workers.marmot import MarmotServer, open_marmot, shared_server
@@ -168,17 +169,6 @@ def triggers(result: str) -> float:
 
 def tokens(platform: str, outcome: str) -> float:
     return sample("xmtp_push_marmot_tokens_total", {"platform": platform, "outcome": outcome})
-
-
-# --------------------------------------------------------------------------- APNs and FCM fakes
-
-
-@pytest.fixture
-def fakes(apns_server: FakeApns, fcm_server: FakeFcm) -> Iterator[tuple[FakeApns, FakeFcm]]:
-    apns_server.reset()
-    fcm_server.reset()
-    yield apns_server, fcm_server
-    assert apns_server.failures == []
 
 
 # --------------------------------------------------------------------------- a server under test

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,9 +19,12 @@ from app.matrix.service import Gateway
 from fakes import keys
 from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm
+from tests.support.process import Child, child, clean_env
 from workers.server import running_gateway
 
 NOTIFY = "/_matrix/push/v1/notify"
+# The start-up line of `xmtp-push gateway`: where it listens.
+SERVING = re.compile(r"serving the Matrix push gateway on (\[[^\]]+\]|[^\s:]+):(\d+)")
 KEY_ID, TEAM_ID, TOPIC = "KEYID12345", "TEAMID1234", "org.example.matrix"
 PROJECT = "matrix-project"
 
@@ -117,3 +122,38 @@ def event_id_only(*devices: dict[str, Any], **fields: Any) -> dict[str, Any]:
     }
     notification.update(fields)
     return notification
+
+
+@dataclass
+class GatewayProcess:
+    """`xmtp-push gateway` as a child process, and a client of its HTTP port."""
+
+    child: Child
+    http: httpx.AsyncClient
+
+    async def notify(self, notification: dict[str, Any]) -> httpx.Response:
+        return await self.http.post(NOTIFY, json={"notification": notification})
+
+    def records(self) -> list[dict[str, Any]]:
+        """Its log lines so far (JSON), without the lines that are not JSON."""
+        found = []
+        for line in self.child.lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                found.append(record)
+        return found
+
+
+@asynccontextmanager
+async def gateway_process(config_path: str, **env: str) -> AsyncIterator[GatewayProcess]:
+    """`xmtp-push gateway` with `config_path` its XMTP_PUSH_MATRIX_APPS and `env` (XMTP_PUSH_*
+    variables, by their whole names); stopped at the end, and it must exit 0."""
+    settings = {"XMTP_PUSH_MATRIX_APPS": config_path, **env}
+    async with child("gateway", ["gateway"], clean_env(**settings)) as process:
+        host, port = (await process.line(SERVING)).groups()
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=30) as http:
+            yield GatewayProcess(process, http)
+        assert await process.stop() == 0, process.output()
