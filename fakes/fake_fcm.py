@@ -26,7 +26,9 @@ Routes:
 | `slow` | answers 200 after 30 s |
 
 Whatever the name, a request bearing an access token `revoke_access_token()` revoked is answered 401
-UNAUTHENTICATED (no FcmError code), as Google answers a token revoked or expired early.
+UNAUTHENTICATED (no FcmError code), as Google answers a token revoked or expired early; and once
+`projects` names the projects the fake knows, a request for another project is answered 403
+PERMISSION_DENIED (no FcmError code), as FCM answers a project the service account may not send for.
 
 Error bodies have FCM's real shape:
 `{"error":{"code":404,"message":"...","status":"NOT_FOUND","details":[{"@type":
@@ -79,6 +81,7 @@ class Reply:
 
 OK = Reply(200)
 UNAUTHENTICATED = Reply(401, "UNAUTHENTICATED")
+PROJECT_REFUSED = Reply(403, "PERMISSION_DENIED")
 DEFAULT_REPLIES: dict[str, tuple[Reply, ...]] = {
     "ok": (OK,),
     "gone": (Reply(404, "NOT_FOUND", "UNREGISTERED"),),
@@ -136,6 +139,7 @@ class FakeFcm:
     token_status: int = 200
     access_token: str = ACCESS_TOKEN  # what the token endpoint issues
     revoked: set[str] = field(default_factory=set)
+    projects: set[str] | None = None  # the projects it sends for; None: any
     tls: TlsFiles | None = None  # HTTPS with the throw-away certificate (what a client must trust)
     _seen: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _held: list[asyncio.Future[None]] = field(default_factory=list)
@@ -172,6 +176,7 @@ class FakeFcm:
         self.token_status = 200
         self.access_token = ACCESS_TOKEN
         self.revoked.clear()
+        self.projects = None
         self.release()
 
     def release(self) -> None:
@@ -239,7 +244,13 @@ class FakeFcm:
         self.last_ns = time.monotonic_ns()  # CLOCK_MONOTONIC: comparable across processes on Linux
         number = self.count
         _, _, bearer = record.headers.get("authorization", "").partition(" ")
-        reply = UNAUTHENTICATED if bearer in self.revoked else self.reply_for(token)
+        project = request.match_info["project"]
+        if bearer in self.revoked:
+            reply = UNAUTHENTICATED
+        elif self.projects is not None and project not in self.projects:
+            reply = PROJECT_REFUSED
+        else:
+            reply = self.reply_for(token)
         if reply.held:
             waiter = asyncio.get_running_loop().create_future()
             self._held.append(waiter)
@@ -247,7 +258,6 @@ class FakeFcm:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         headers = {"Retry-After": reply.retry_after} if reply.retry_after is not None else None
-        project = request.match_info["project"]
         return web.json_response(reply.body(project, number), status=reply.status, headers=headers)
 
     def app(self) -> web.Application:

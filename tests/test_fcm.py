@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import itertools
 import json
 import time
@@ -31,7 +32,7 @@ from fakes import keys
 from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm, Reply
 from tests.support import frozen_heap, make_settings
-from tests.support.fcm import NO_DATABASE, TOPIC, device, hint, new_provider
+from tests.support.fcm import NO_DATABASE, TOPIC, device, fcm_settings, hint, new_provider
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 TOPIC_B64 = base64.b64encode(TOPIC).decode()
@@ -138,6 +139,29 @@ async def test_a_slow_token_endpoint_does_not_stall_the_event_loop(fake: FakeFcm
     finally:
         ticking.cancel()
     assert max(gaps) < 1.0, f"the event loop stood still for {max(gaps):.2f} s"
+
+
+async def test_two_projects_of_one_service_account_each_get_their_own_pushes(fake: FakeFcm) -> None:
+    # Two Matrix apps may share a service-account file and name two projects: each pushes to its own,
+    # and a project FCM refuses the account (not known to the fake here) stays refused.
+    credentials = fcm_credentials(fcm_settings(fake))
+    assert credentials is not None and credentials.project_id == "test-project"
+    fake.projects = {"test-project"}
+    own, other = (
+        FcmProvider(dataclasses.replace(credentials, project_id=project), timeout_seconds=5.0)
+        for project in ("test-project", "other-project")
+    )
+    try:
+        assert (await other.send(fcm_push(hint(), device("ok.other")))).kind is OutcomeKind.REJECTED
+        assert (await own.send(fcm_push(hint(), device("ok.own")))).kind is OutcomeKind.DELIVERED
+    finally:
+        await own.close()
+        await other.close()
+    paths = {r.token: r.path for r in fake.requests}
+    assert paths == {
+        "ok.other": "/v1/projects/other-project/messages:send",
+        "ok.own": "/v1/projects/test-project/messages:send",
+    }
 
 
 @pytest.mark.filterwarnings("error")

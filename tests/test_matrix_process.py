@@ -10,9 +10,11 @@ import pytest
 from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm
 from tests.support.matrix import (
+    PROJECT,
     GatewayProcess,
     apns_app,
     device,
+    event_id_only,
     gateway_process,
     gcm_app,
     write_config,
@@ -23,6 +25,8 @@ from tests.support.matrix import (
 pytestmark = pytest.mark.slow
 
 NO_BADGE_IOS, NO_BADGE_ANDROID = "org.nobadge.ios", "org.nobadge.android"
+# Two gcm apps of one service-account file: its own project, and another.
+OWN_PROJECT, OTHER_PROJECT = "org.project.own", "org.project.other"
 LOCAL = {"XMTP_PUSH_HTTP_HOST": "127.0.0.1", "XMTP_PUSH_HTTP_PORT": "0"}
 
 
@@ -35,6 +39,8 @@ def config_path(tmp_path_factory: pytest.TempPathFactory, apns_server: FakeApns,
             apns_server, keyfile, convert_device_token_to_hex=False, send_badge_counts=False
         ),
         NO_BADGE_ANDROID: gcm_app(fcm_server, account, send_badge_counts=False),
+        OWN_PROJECT: gcm_app(fcm_server, account),
+        OTHER_PROJECT: gcm_app(fcm_server, account, project_id="other-project"),
     }
     return write_config(folder, apps)
 
@@ -56,3 +62,18 @@ async def test_send_badge_counts_false_sends_no_badge_only_update_and_is_no_unkn
     assert (apns.requests, fcm.requests) == ([], [])
     warnings = [r["event"] for r in gateway.records() if r.get("level") == "warning"]
     assert not any("unknown keys" in warning for warning in warnings), warnings
+
+
+async def test_two_gcm_apps_of_one_service_account_push_to_their_own_projects(
+    gateway: GatewayProcess, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    _, fcm = fakes
+    fcm.projects = {PROJECT}  # FCM refuses the account for the other project
+    own = await gateway.notify(event_id_only(device(OWN_PROJECT, "ok.own")))
+    assert (own.status_code, own.json()) == (200, {"rejected": []})
+    other = await gateway.notify(event_id_only(device(OTHER_PROJECT, "ok.other")))
+    assert other.status_code == 502  # not the token's fault: the homeserver keeps the pusher
+    assert {r.token: r.path for r in fcm.requests} == {
+        "ok.own": f"/v1/projects/{PROJECT}/messages:send",
+        "ok.other": "/v1/projects/other-project/messages:send",
+    }

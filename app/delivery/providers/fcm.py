@@ -267,8 +267,11 @@ class FcmProvider:
     ) -> None:
         self.app = app
         account = credentials.service_account
-        # One firebase app per service account, all of it: another key or token_uri is another app.
-        name = "xmtp-push-" + hashlib.sha256(json.dumps(account, sort_keys=True).encode()).hexdigest()[:16]
+        # One firebase app per service account, all of it, and project: another key or token_uri is
+        # another app, and so is another project pushed to with the same account (two Matrix apps may
+        # share an account file); a firebase app holds one projectId, which names the send URL.
+        named = json.dumps([account, credentials.project_id], sort_keys=True)
+        name = "xmtp-push-" + hashlib.sha256(named.encode()).hexdigest()[:16]
         try:
             self._app = firebase_admin.get_app(name)
         except ValueError:
