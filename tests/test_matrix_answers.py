@@ -192,7 +192,9 @@ async def test_the_gateway_process_serves_no_xmtp_routes(gateway: RunningGateway
 async def test_api_without_matrix_apps_answers_404_m_unrecognized(sqlite_url: str) -> None:
     async with running_api(make_settings(sqlite_url), clear=False) as api:
         response = await api.http.post(NOTIFY, json={"notification": valid()})
+        health = await api.http.get("/health")
     assert (response.status_code, response.json()["errcode"]) == (404, "M_UNRECOGNIZED")
+    assert (health.status_code, health.content) == (200, b"")  # Sygnal's probe, as on every HTTP app
 
 
 async def test_api_with_matrix_apps_serves_notify(
@@ -202,4 +204,6 @@ async def test_api_with_matrix_apps_serves_notify(
     settings = make_settings(sqlite_url, matrix_apps=config_path)
     async with running_api(settings, clear=False, gateway=True) as api:
         response = await api.http.post(NOTIFY, json={"notification": event_id_only(device(APP, "gone.api"))})
+        health = await api.http.get("/health")
     assert (response.status_code, response.json()) == (200, {"rejected": ["gone.api"]})
+    assert (health.status_code, health.content) == (200, b"")

@@ -552,6 +552,9 @@ async def test_metrics_count_answers_and_devices_without_ids(gateway: RunningGat
 
 async def test_gateway_serves_health_and_readiness(gateway: RunningGateway) -> None:
     assert (await gateway.http.get("/healthz")).status_code == 200
+    health = await gateway.http.get("/health")  # Sygnal's: its image's HEALTHCHECK asks it
+    assert (health.status_code, health.content) == (200, b"")
+    assert (await gateway.http.head("/health")).status_code == 200
     ready = await gateway.http.get("/readyz")
     assert (ready.status_code, ready.json()["status"]) == (200, "ok")
 

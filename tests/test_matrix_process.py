@@ -77,3 +77,8 @@ async def test_two_gcm_apps_of_one_service_account_push_to_their_own_projects(
         "ok.own": f"/v1/projects/{PROJECT}/messages:send",
         "ok.other": "/v1/projects/other-project/messages:send",
     }
+
+
+async def test_get_health_answers_200_with_an_empty_body_as_sygnal(gateway: GatewayProcess) -> None:
+    response = await gateway.http.get("/health")
+    assert (response.status_code, response.content) == (200, b"")

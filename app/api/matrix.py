@@ -3,7 +3,8 @@
 200 `{"rejected": [...]}`; 400 M_NOT_JSON or M_BAD_JSON; 413 M_TOO_LARGE over 512 KiB (declared
 or streamed); 502 when a device failed for a reason that is not its token's; 404 and 405
 M_UNRECOGNIZED for other paths and methods under /_matrix/, and for the route itself when no
-apps are configured (XMTP_PUSH_MATRIX_APPS).
+apps are configured (XMTP_PUSH_MATRIX_APPS). GET /health: 200 with an empty body, as Sygnal answers
+it, so probes set up for Sygnal keep working.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -200,6 +201,18 @@ async def _answer(
     if result.status != 200:
         return _error(result.status, "M_UNKNOWN", "a device could not be notified; try again later")
     return 200, {"rejected": result.rejected}, None
+
+
+@router.get(
+    "/health",
+    summary="Sygnal's liveness probe: 200 with an empty body while the process runs",
+    response_class=Response,
+    responses={200: {"description": "the process runs", "content": {}}},
+)
+@router.head("/health", include_in_schema=False)
+async def health() -> Response:
+    # Sygnal's Docker image's HEALTHCHECK and load balancers set up for Sygnal ask this path.
+    return Response(status_code=200)
 
 
 @router.api_route(NOTIFY_PATH, methods=OTHER_METHODS, include_in_schema=False)
