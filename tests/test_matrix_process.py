@@ -3,16 +3,18 @@ its log lines, against the local APNs and FCM fakes."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import pytest
 
 from fakes.fake_apns import FakeApns
-from fakes.fake_fcm import FakeFcm
+from fakes.fake_fcm import FakeFcm, Reply
 from tests.support.matrix import (
     PROJECT,
     GatewayProcess,
     apns_app,
+    b64,
     device,
     event_id_only,
     gateway_process,
@@ -20,6 +22,7 @@ from tests.support.matrix import (
     write_config,
     write_key_files,
 )
+from tests.support.ops import free_port
 
 # Each test runs `xmtp-push gateway` as its own process: a second or more.
 pytestmark = pytest.mark.slow
@@ -27,7 +30,22 @@ pytestmark = pytest.mark.slow
 NO_BADGE_IOS, NO_BADGE_ANDROID = "org.nobadge.ios", "org.nobadge.android"
 # Two gcm apps of one service-account file: its own project, and another.
 OWN_PROJECT, OTHER_PROJECT = "org.project.own", "org.project.other"
-LOCAL = {"XMTP_PUSH_HTTP_HOST": "127.0.0.1", "XMTP_PUSH_HTTP_PORT": "0"}
+# Apps whose pushes fail, each for its cause (and the cause logged for it).
+CAUSES = {
+    "org.fail.refused": "connection refused",
+    "org.fail.dns": "DNS: the host name does not resolve",
+    "org.fail.tls": "TLS handshake failed (is the certificate trusted?)",
+    "org.fail.apns": "credentials refused (HTTP 403 InvalidProviderToken)",
+    "org.fail.fcm": "HTTP 429 QUOTA_EXCEEDED",
+    "org.fail.slow": "no answer within the request's time (XMTP_PUSH_MATRIX_REQUEST_TIMEOUT_SECONDS)",
+}
+# The pushkey each app's device sends (the fakes answer by its name).
+PUSHKEYS = {"org.fail.apns": "forbidden.k3y", "org.fail.fcm": "quota.k3y", "org.fail.slow": "slow.k3y"}
+LOCAL = {
+    "XMTP_PUSH_HTTP_HOST": "127.0.0.1",
+    "XMTP_PUSH_HTTP_PORT": "0",
+    "XMTP_PUSH_MATRIX_REQUEST_TIMEOUT_SECONDS": "4",
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +59,12 @@ def config_path(tmp_path_factory: pytest.TempPathFactory, apns_server: FakeApns,
         NO_BADGE_ANDROID: gcm_app(fcm_server, account, send_badge_counts=False),
         OWN_PROJECT: gcm_app(fcm_server, account),
         OTHER_PROJECT: gcm_app(fcm_server, account, project_id="other-project"),
+        "org.fail.refused": apns_app(apns_server, keyfile, endpoint=f"https://127.0.0.1:{free_port()}"),
+        "org.fail.dns": apns_app(apns_server, keyfile, endpoint="https://gateway-test.invalid"),
+        "org.fail.tls": apns_app(apns_server, keyfile, ca_file=None),  # the fake's certificate: not trusted
+        "org.fail.apns": apns_app(apns_server, keyfile, convert_device_token_to_hex=False),
+        "org.fail.fcm": gcm_app(fcm_server, account),
+        "org.fail.slow": gcm_app(fcm_server, account),
     }
     return write_config(folder, apps)
 
@@ -82,3 +106,55 @@ async def test_two_gcm_apps_of_one_service_account_push_to_their_own_projects(
 async def test_get_health_answers_200_with_an_empty_body_as_sygnal(gateway: GatewayProcess) -> None:
     response = await gateway.http.get("/health")
     assert (response.status_code, response.content) == (200, b"")
+
+
+def failing(app_id: str) -> dict[str, object]:
+    return device(app_id, PUSHKEYS.get(app_id) or b64(bytes(32)))
+
+
+def warnings_of(gateway: GatewayProcess, app_id: str) -> list[str]:
+    prefix = f"matrix app {app_id}: "
+    return [
+        r["event"] for r in gateway.records() if r.get("level") == "warning" and r["event"].startswith(prefix)
+    ]
+
+
+@pytest.mark.parametrize("app_id", list(CAUSES))
+async def test_a_failed_push_names_its_cause_at_warning_and_never_the_pushkey(
+    gateway: GatewayProcess, fakes: tuple[FakeApns, FakeFcm], app_id: str
+) -> None:
+    response = await gateway.notify(event_id_only(failing(app_id)))
+    assert response.status_code == 502
+    await gateway.child.line(re.compile(re.escape(f"matrix app {app_id}: pushes fail: ")), timeout=10)
+    [warning] = warnings_of(gateway, app_id)
+    assert warning == f"matrix app {app_id}: pushes fail: {CAUSES[app_id]}"
+    pushkey = str(failing(app_id)["pushkey"])
+    assert not any(pushkey in line or "k3y" in line for line in gateway.child.lines)
+
+
+async def test_a_cause_is_said_once_per_change_and_recovery_once(
+    gateway: GatewayProcess, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    _, fcm = fakes
+    app_id = OWN_PROJECT
+    fcm.script(
+        "flip",
+        Reply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED"),
+        Reply(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED"),
+        Reply(200),
+        Reply(403, "PERMISSION_DENIED"),
+    )
+    notifications = [
+        event_id_only(device(app_id, "flip.1"), event_id=f"$flip{n}:example.org") for n in range(4)
+    ]
+    answers = [(await gateway.notify(notification)).status_code for notification in notifications]
+    assert answers == [502, 502, 200, 502]
+    await gateway.child.line(
+        re.compile(re.escape(f"matrix app {app_id}: pushes fail: credentials")), timeout=10
+    )
+    events = [r["event"] for r in gateway.records() if r["event"].startswith(f"matrix app {app_id}: ")]
+    assert events == [
+        f"matrix app {app_id}: pushes fail: HTTP 429 QUOTA_EXCEEDED",
+        f"matrix app {app_id}: pushes go through again",
+        f"matrix app {app_id}: pushes fail: credentials refused (HTTP 403 PERMISSION_DENIED)",
+    ]

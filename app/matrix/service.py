@@ -7,7 +7,8 @@ Retry-After, else a short backoff; an FCM quota answer as Sygnal tries it: its R
 own backoff takes over. Each app has its own provider (its own connections) and its own bound on
 devices in flight, so a hung or failing app fills only its own share and answers 502 at once past
 it, while other apps keep answering. A pushkey is rejected only for a fault that is permanent
-and the token's (or the device's own request: unknown app, unusable pushkey or pusher data).
+and the token's (or the device's own request: unknown app, unusable pushkey or pusher data). Why an
+app's pushes fail is logged once per change (app.matrix.causes).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from app.delivery.registry import ProviderRegistry
 from app.delivery.retry import RetryPolicy
 from app.delivery.types import Outcome, OutcomeKind, Push
 from app.matrix.apps import AppTable, MatrixApp, RejectDevice
+from app.matrix.causes import NO_ANSWER, NO_PROVIDER, FailureCauses, cause_of
 from app.matrix.config import MAX_APP_ID_LENGTH
 from app.matrix.duplicates import DeliveredMemory, delivery_key
 from app.matrix.notification import Device, Notification
@@ -71,6 +73,7 @@ class Gateway:
         self.deadlines = Deadlines(timeout_seconds, period=SWEEP_SECONDS)
         # Each (app, result) counter child looked up once: a label lookup per device adds up.
         self._counted: dict[tuple[str, DeviceResult], Any] = {}
+        self.causes = FailureCauses()
 
     async def providers_ready(self) -> bool:
         """Every app has its provider built (readiness of `xmtp-push gateway`)."""
@@ -127,9 +130,7 @@ class Gateway:
         if key is not None and await self.memory.delivered(key):
             return DeviceResult.DUPLICATE
         if self._inflight[app.app_id] >= app.inflight_request_limit:
-            log.warning(
-                "matrix app %s: in-flight limit of %d reached", app.app_id, app.inflight_request_limit
-            )
+            self.causes.failed(app.app_id, f"in-flight limit of {app.inflight_request_limit} reached")
             return DeviceResult.LIMITED
         self._inflight[app.app_id] += 1
         try:
@@ -143,17 +144,32 @@ class Gateway:
     async def _send(self, app: MatrixApp, push: Push, deadline: float) -> DeviceResult:
         provider = self.providers.get(app.channel, app.provider_app)
         if provider is None:
+            self.causes.failed(app.app_id, NO_PROVIDER)
             return DeviceResult.FAILED
         retry = IN_REQUEST_RETRY
         for attempt in range(retry.in_request_attempts):
             outcome = await self._attempt(provider, push, deadline)
             if outcome is None or not _retried(outcome.kind):
-                return _result(app, outcome)
+                return self._result(app, outcome)
+            cause = cause_of(outcome)
             wait = retry.in_request_wait(outcome, attempt)
             if wait is None or time.monotonic() + wait + MIN_ATTEMPT_SECONDS > deadline:
                 break
             await asyncio.sleep(wait)
-        log.warning("matrix app %s: a push failed within the request's time", app.app_id)
+        self.causes.failed(app.app_id, cause)  # retries out of the request's time
+        return DeviceResult.FAILED
+
+    def _result(self, app: MatrixApp, outcome: Outcome | None) -> DeviceResult:
+        if outcome is None:
+            self.causes.failed(app.app_id, NO_ANSWER)
+            return DeviceResult.FAILED
+        if outcome.kind is OutcomeKind.DELIVERED:
+            self.causes.delivered(app.app_id)
+            return DeviceResult.DELIVERED
+        if outcome.kind in app.rejecting:
+            log.info("matrix app %s: a pushkey is rejected: %s", app.app_id, cause_of(outcome))
+            return DeviceResult.REJECTED
+        self.causes.failed(app.app_id, cause_of(outcome))
         return DeviceResult.FAILED
 
     async def _attempt(self, provider: Provider, push: Push, deadline: float) -> Outcome | None:
@@ -180,15 +196,3 @@ def _render(app: MatrixApp, notification: Notification, device: Device) -> Push 
 def _retried(kind: OutcomeKind) -> bool:
     # Identity tests: an enum's hash is a Python-level call, once per device adds up.
     return kind is OutcomeKind.FAILED or kind is OutcomeKind.DEFERRED
-
-
-def _result(app: MatrixApp, outcome: Outcome | None) -> DeviceResult:
-    if outcome is None:
-        log.warning("matrix app %s: no answer within the request's time", app.app_id)
-        return DeviceResult.FAILED
-    if outcome.kind is OutcomeKind.DELIVERED:
-        return DeviceResult.DELIVERED
-    if outcome.kind in app.rejecting:
-        return DeviceResult.REJECTED
-    log.warning("matrix app %s: push refused (%s), not for its token", app.app_id, outcome.kind.value)
-    return DeviceResult.FAILED

@@ -11,6 +11,7 @@ adjustments are in apns_connection.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import secrets
 import ssl
@@ -27,6 +28,7 @@ from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExc
 from app.core import metrics
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
+from app.delivery.causes import TIMEOUT, connection_cause, credentials_refused, http_cause
 from app.delivery.credentials import ApnsCredentials
 from app.delivery.deadlines import Deadlines
 from app.delivery.egress import DIRECT, EgressProxy
@@ -70,7 +72,14 @@ CONNECTION_ERRORS = (ConnectionClosed, ConnectionError, MaxAttemptsExceeded, OSE
 
 
 def outcome_for(status: str, reason: str | None) -> Outcome:
-    return OUTCOMES.get((status, reason)) or OUTCOMES.get((status, None)) or REJECTED
+    outcome = OUTCOMES.get((status, reason)) or OUTCOMES.get((status, None)) or REJECTED
+    return outcome if outcome is DELIVERED else _told(outcome, http_cause(status, reason))
+
+
+@functools.lru_cache(maxsize=256)
+def _told(outcome: Outcome, cause: str) -> Outcome:
+    """`outcome` saying what happened (one object per answer and cause, made once)."""
+    return replace(outcome, reason=cause)
 
 
 class SharedToken(AuthorizationHeaderProvider):
@@ -137,11 +146,12 @@ class ApnsProvider:
         if token is not None and status == "403" and reason == EXPIRED_PROVIDER_TOKEN:
             token.renew(presented)
             status, reason = await self._attempt(apns_request(push, self._ids.next()))  # type: ignore[arg-type]
-        if status is None:
-            return FAILED
+        if status is None:  # no answer: `reason` is what the connection met
+            return _told(FAILED, reason or "no answer")
         if status == CREDENTIALS_REFUSED:
             self._health.refused()
-            return replace(outcome_for(status, reason), credentials_refused=True)
+            cause = credentials_refused(http_cause(status, reason))
+            return _told(replace(outcome_for(status, reason), credentials_refused=True), cause)
         self._health.accepted()
         return outcome_for(status, reason)
 
@@ -153,12 +163,17 @@ class ApnsProvider:
             self._token_age.set(self._token.age())
 
     async def _attempt(self, request: NotificationRequest) -> tuple[str | None, str | None]:
+        """(status, APNs's reason) of an answer; (None, what the connection met) without one."""
         try:
             # A shared sweep, not asyncio.timeout or wait_for: no timer or task per send.
             with self._deadlines.bound():
                 result = await self._pool.send_notification(request)
-        except (TimeoutError, *CONNECTION_ERRORS):
-            return None, None
+        except TimeoutError:
+            return None, TIMEOUT
+        except CONNECTION_ERRORS as error:
+            # aioapns raises its own error when a connection cannot be made, the cause dropped: the
+            # pool keeps the last one.
+            return None, connection_cause(self._pool.connect_error or error)
         return str(result.status), result.description
 
     async def close(self) -> None:

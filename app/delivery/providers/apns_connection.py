@@ -295,14 +295,22 @@ class EndpointPool(APNsKeyConnectionPool):
         )
         self._token = token
         self._on_connect = on_connect
+        # Why the last connection could not be made (None once one is): aioapns raises its own
+        # error in its place, which says nothing of DNS, a refusal or TLS.
+        self.connect_error: BaseException | None = None
 
     async def create_connection(self) -> APNsBaseClientProtocol:
         protocol: Any = self.protocol_class
         factory = partial(protocol, self.apns_topic, self.loop, self.discard_connection, self._token)
-        if self._proxy is None:
-            connection: APNsBaseClientProtocol = await self._create_connection(factory)
-        else:
-            connection = await self._create_tunnelled_connection(factory, self._proxy)
+        try:
+            if self._proxy is None:
+                connection: APNsBaseClientProtocol = await self._create_connection(factory)
+            else:
+                connection = await self._create_tunnelled_connection(factory, self._proxy)
+        except Exception as error:
+            self.connect_error = error
+            raise
+        self.connect_error = None
         self._on_connect()
         return connection
 

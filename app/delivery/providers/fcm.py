@@ -42,6 +42,7 @@ from app.core import metrics
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
 from app.core.proxies import Proxy
+from app.delivery.causes import connection_cause, credentials_refused, http_cause
 from app.delivery.credentials import FcmCredentials
 from app.delivery.egress import DIRECT, EgressProxy, note_failure, tunnel_opened
 from app.delivery.health import ProviderHealth
@@ -65,6 +66,13 @@ EXCEPTION_OUTCOMES: tuple[tuple[type[Exception], Outcome], ...] = (
     (messaging.UnregisteredError, Outcome(OutcomeKind.DEAD)),
     (messaging.SenderIdMismatchError, MISMATCH),
 )
+# The FcmError codes firebase-admin answers with an error class of their own (the others, by status).
+FCM_CODES: tuple[tuple[type[Exception], str], ...] = (
+    (messaging.UnregisteredError, "UNREGISTERED"),
+    (messaging.SenderIdMismatchError, "SENDER_ID_MISMATCH"),
+    (messaging.QuotaExceededError, "QUOTA_EXCEEDED"),
+    (messaging.ThirdPartyAuthError, "THIRD_PARTY_AUTH_ERROR"),
+)
 CODE_OUTCOMES: dict[str, Outcome] = {
     exceptions.UNAVAILABLE: FAILED,
     exceptions.INTERNAL: FAILED,
@@ -75,7 +83,9 @@ TRANSIENT_STATUSES = {500, 503}
 # A 403 refuses the push whatever its body names (a front end's answer, a code of another status):
 # never retried, as Sygnal.
 REFUSED_STATUS = 403
-TOKEN_REFUSED = replace(FAILED, credentials_refused=True)
+TOKEN_REFUSED = replace(
+    FAILED, credentials_refused=True, reason=credentials_refused("by the OAuth token endpoint")
+)
 # Answers that refuse the project's credentials rather than the message: the access token or the
 # service account (401, 403), or the APNs credentials the project holds for iOS devices.
 CREDENTIAL_ERRORS: tuple[type[Exception], ...] = (
@@ -168,6 +178,26 @@ def outcome_for_error(error: BaseException | None) -> Outcome:
         )
     code = getattr(error, "code", None)
     return CODE_OUTCOMES.get(code, REJECTED) if isinstance(code, str) else REJECTED
+
+
+def error_cause(error: BaseException) -> str:
+    """What FCM answered (its status and error code: `HTTP 429 QUOTA_EXCEEDED`), or what the
+    request met when no answer came."""
+    status = _status(error)
+    return connection_cause(error) if status is None else http_cause(status, _fcm_code(error))
+
+
+def _fcm_code(error: BaseException) -> str | None:
+    """FCM's error code as firebase-admin tells it: by the error's class, else its status."""
+    for kind, code in FCM_CODES:
+        if isinstance(error, kind):
+            return code
+    status = getattr(error, "code", None)
+    return status if isinstance(status, str) else None
+
+
+def _told(outcome: Outcome, cause: str) -> Outcome:
+    return replace(outcome, reason=cause)
 
 
 def _status(error: BaseException | None) -> int | None:
@@ -336,14 +366,14 @@ class FcmProvider:
             await self._ensure_access_token()
         except google_auth_exceptions.RefreshError:  # the account refused: try again later, and tell
             return TOKEN_REFUSED
-        except Exception:  # token endpoint down or slow: try again later
-            return FAILED
+        except Exception as error:  # token endpoint down or slow: try again later
+            return _told(FAILED, f"OAuth token endpoint: {connection_cause(error)}")
         try:
             batch = await self._service.send_each_async([message], dry_run=False)
         except exceptions.FirebaseError as error:
             return self._judged(error)
-        except Exception:  # transport trouble: try again later
-            return FAILED
+        except Exception as error:  # transport trouble: try again later
+            return _told(FAILED, connection_cause(error))
         response = batch.responses[0]
         answer = None if response.success else response.exception
         stale = self._dropped_stale_token(answer)
@@ -368,10 +398,11 @@ class FcmProvider:
             tunnel_opened(self._tunnel)
         if isinstance(error, CREDENTIAL_ERRORS):
             self._health.refused()
-            return replace(outcome_for_error(error), credentials_refused=True)
+            refused = replace(outcome_for_error(error), credentials_refused=True)
+            return _told(refused, credentials_refused(error_cause(error)))
         if error is None or _status(error) is not None:
             self._health.accepted()
-        return DELIVERED if error is None else outcome_for_error(error)
+        return DELIVERED if error is None else _told(outcome_for_error(error), error_cause(error))
 
     def sample_gauges(self) -> None:
         self._health.connections(*self._service.connection_counts())  # credentials: as answers come

@@ -30,6 +30,7 @@ from pywebpush import WebPusher, WebPushException
 
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
+from app.delivery.causes import DNS, connection_cause, credentials_refused, http_cause
 from app.delivery.credentials import WebPushCredentials
 from app.delivery.deadlines import Deadlines
 from app.delivery.egress import DIRECT, EgressProxy
@@ -68,7 +69,14 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})  # FAILED, after the service's Retr
 # one the app lists (allowed_endpoints): anyone's endpoint could answer so.
 VAPID_REFUSED_STATUSES = frozenset({401, 403})
 # Our VAPID key would not sign a token.
-KEY_REFUSED = replace(REJECTED, credentials_refused=True)
+KEY_REFUSED = replace(
+    REJECTED, credentials_refused=True, reason=credentials_refused("the VAPID key signs no token")
+)
+# Endpoints not sent to: not among the app's allowed_endpoints, refused by the URL policy (not https,
+# a private address), or a host name that does not resolve.
+NOT_LISTED = replace(REJECTED, reason="the endpoint's host is not in allowed_endpoints")
+NOT_ALLOWED = replace(REJECTED, reason="the endpoint is not allowed (not https, or a private address)")
+NOT_RESOLVED = replace(FAILED, reason=DNS)
 MAX_RETRY_AFTER_SECONDS = 3600.0
 # Keys that cannot be encrypted to (not a P-256 point, an auth secret that is not 16 bytes): the
 # subscription can never receive a push.
@@ -210,13 +218,13 @@ class WebPushProvider:
         if not isinstance(keys, WebPushKeys) or not isinstance(payload, bytes) or not payload:
             return REJECTED
         if not endpoint_allowed(push.address, self._credentials.allowed_endpoints):
-            return REJECTED
+            return NOT_LISTED
         try:
             checked = await check_webhook_url(push.address, self._policy, self._lookups)
         except UrlNotResolved:
-            return FAILED
+            return NOT_RESOLVED
         except UrlNotAllowed:
-            return REJECTED
+            return NOT_ALLOWED
         body = encrypt(payload, keys)
         if body is None:
             return BAD_KEYS
@@ -230,17 +238,19 @@ class WebPushProvider:
                 async with self._session.post(checked, body, headers) as response:
                     await read_answer(response)
                     outcome = outcome_for_status(response.status, response.headers.get("retry-after"))
-        except TRANSIENT_ERRORS:
-            return FAILED
-        except aiohttp.ClientError:
-            return REJECTED
+        except TRANSIENT_ERRORS as error:
+            return replace(FAILED, reason=connection_cause(error))
+        except aiohttp.ClientError as error:
+            return replace(REJECTED, reason=f"the request failed ({type(error).__name__})")
+        if outcome.kind is not OutcomeKind.DELIVERED:
+            outcome = replace(outcome, reason=http_cause(response.status))
         return self._judged(response.status, outcome) if self._judges_key else outcome
 
     def _judged(self, status: int, outcome: Outcome) -> Outcome:
         """An answer of a listed push service: whether it took the VAPID authorization."""
         if status in VAPID_REFUSED_STATUSES:
             self._health.refused()
-            return replace(outcome, credentials_refused=True)
+            return replace(outcome, credentials_refused=True, reason=credentials_refused(http_cause(status)))
         if outcome.kind is OutcomeKind.DELIVERED:
             self._health.accepted()
         return outcome
