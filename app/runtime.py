@@ -12,14 +12,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core import metrics
-from app.core.config import ENV_PREFIX, Settings, SettingsError
+from app.core.config import ENV_PREFIX, Settings
 from app.core.database import create_engine, create_read_engine, create_session_factory
 from app.core.dependencies import DependencyLog
 from app.core.probes import Check, Probes
 from app.delivery.egress import EgressProxy
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.url_policy import UrlPolicy
-from app.matrix.config import GatewayConfig, load_gateway_config
+from app.matrix.config import GatewayConfig, HttpSection, load_gateway_config
 from app.matrix.duplicates import DeliveredMemory, ProcessMemory, RedisMemory
 from app.matrix.service import Gateway
 from app.queue.activity import ActivityLog, MemoryActivityLog, RedisActivityLog
@@ -144,6 +144,17 @@ def load_matrix_apps(settings: Settings) -> GatewayConfig | None:
     return config
 
 
+def _say_http_section_unused(config: GatewayConfig) -> None:
+    if config.http != HttpSection():
+        log.warning(
+            "%sMATRIX_APPS: its http section is read by `xmtp-push gateway` only; this process "
+            "listens on %sHTTP_HOST and %sHTTP_PORT",
+            ENV_PREFIX,
+            ENV_PREFIX,
+            ENV_PREFIX,
+        )
+
+
 def _build_providers(
     settings: Settings, defaults: list[ChannelApp], matrix: GatewayConfig | None
 ) -> ProviderRegistry:
@@ -177,11 +188,9 @@ async def open_gateway(
 
 
 @asynccontextmanager
-async def open_gateway_alone(settings: Settings) -> AsyncIterator[Gateway]:
-    """`xmtp-push gateway`: the gateway's providers and memory, and no database or queue."""
-    config = load_matrix_apps(settings)
-    if config is None:
-        raise SettingsError(f"{ENV_PREFIX}MATRIX_APPS: required by `gateway`")
+async def open_gateway_alone(settings: Settings, config: GatewayConfig) -> AsyncIterator[Gateway]:
+    """`xmtp-push gateway`: the gateway's providers and memory for the apps of `config`, and no
+    database or queue."""
     providers = _build_providers(settings, [], config)
     try:
         async with open_gateway(settings, config, providers) as gateway:
@@ -209,6 +218,7 @@ async def open_runtime(
                 matrix = load_matrix_apps(settings) if gateway else None
                 providers = _build_providers(settings, default_apps(settings), matrix)
                 if matrix is not None:
+                    _say_http_section_unused(matrix)
                     matrix_gateway = await stack.enter_async_context(
                         open_gateway(settings, matrix, providers)
                     )

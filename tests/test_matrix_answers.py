@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +209,18 @@ async def test_api_with_matrix_apps_serves_notify(
         health = await api.http.get("/health")
     assert (response.status_code, response.json()) == (200, {"rejected": ["gone.api"]})
     assert (health.status_code, health.content) == (200, b"")
+
+
+async def test_api_says_the_http_section_is_not_its_address(
+    sqlite_url: str, tmp_path: Path, apns_server: FakeApns, caplog: pytest.LogCaptureFixture
+) -> None:
+    keyfile, _ = write_key_files(tmp_path)
+    apps = {APP: apns_app(apns_server, keyfile, convert_device_token_to_hex=False)}
+    path = write_config(tmp_path, apps, http={"bind_addresses": ["0.0.0.0"], "port": 5000})
+    with caplog.at_level(logging.WARNING, logger="app.runtime"):
+        async with running_api(make_settings(sqlite_url, matrix_apps=path), clear=False, gateway=True) as api:
+            assert (await api.http.get("/health")).status_code == 200
+    assert [r.getMessage() for r in caplog.records if r.name == "app.runtime"] == [
+        "XMTP_PUSH_MATRIX_APPS: its http section is read by `xmtp-push gateway` only; this process "
+        "listens on XMTP_PUSH_HTTP_HOST and XMTP_PUSH_HTTP_PORT"
+    ]

@@ -20,7 +20,7 @@ from cryptography.x509.oid import NameOID
 from app.core.config import Settings, SettingsError
 from app.delivery.types import OutcomeKind
 from app.matrix.apps import AppTable, glob_pattern
-from app.matrix.config import APP_TYPES, load_gateway_config
+from app.matrix.config import APP_TYPES, GatewayAddress, HttpSection, gateway_address, load_gateway_config
 from app.ops.checks import Check, matrix_check
 from app.ops.failures import INVALID_CONFIGURATION
 from fakes.fake_apns import FakeApns
@@ -102,8 +102,56 @@ def test_a_whole_sygnal_config_is_read_for_its_apps_with_one_warning(
     assert [app.app_id for app in config.apps.apps] == ["org.ios", "org.android"]
     assert [(app.type, app.channel) for app in config.apps.apps] == [("apns", "apns"), ("gcm", "fcm")]
     assert config.warnings == [
-        "XMTP_PUSH_MATRIX_APPS: only the apps and proxy sections are read; ignored: http, log, metrics"
+        "XMTP_PUSH_MATRIX_APPS: only the apps, proxy and http sections are read; ignored: log, metrics"
     ]
+    assert config.http == HttpSection(("127.0.0.1",), 5000)
+
+
+def settings_of(**explicit: Any) -> Settings:
+    return Settings(database_url="sqlite+aiosqlite:///unused.db", matrix_apps="sygnal.yaml", **explicit)
+
+
+def test_the_gateway_listens_where_the_settings_else_the_http_section_else_sygnal_says() -> None:
+    section = HttpSection(("0.0.0.0", "::"), 5001)
+    file_names = ("http.bind_addresses of XMTP_PUSH_MATRIX_APPS", "http.port of XMTP_PUSH_MATRIX_APPS")
+    assert gateway_address(settings_of(), section) == GatewayAddress(("0.0.0.0", "::"), 5001, *file_names)
+    assert gateway_address(settings_of(), HttpSection()) == GatewayAddress(
+        ("127.0.0.1",), 5000, "Sygnal's default address", "Sygnal's default port"
+    )
+    assert gateway_address(settings_of(http_port=8080), section) == GatewayAddress(
+        ("0.0.0.0", "::"), 8080, file_names[0], "XMTP_PUSH_HTTP_PORT"
+    )
+    explicit = gateway_address(settings_of(http_host="127.0.0.1", http_port=0), HttpSection(port=5001))
+    assert explicit == GatewayAddress(("127.0.0.1",), 0, "XMTP_PUSH_HTTP_HOST", "XMTP_PUSH_HTTP_PORT")
+    # Our own default port (8080) is no setting: the file's, or Sygnal's, wins over it.
+    assert settings_of().http_port == 8080
+
+
+@pytest.mark.parametrize(
+    ("http", "expected"),
+    [
+        ("5000", "XMTP_PUSH_MATRIX_APPS: http: must be a mapping (bind_addresses, port)"),
+        ({"port": "5000"}, "XMTP_PUSH_MATRIX_APPS: http.port: must be a port number (0 to 65535)"),
+        ({"port": 70000}, "XMTP_PUSH_MATRIX_APPS: http.port: must be a port number (0 to 65535)"),
+        (
+            {"bind_addresses": "0.0.0.0"},
+            "XMTP_PUSH_MATRIX_APPS: http.bind_addresses: must be a list of addresses",
+        ),
+        ({"bind_addresses": []}, "XMTP_PUSH_MATRIX_APPS: http.bind_addresses: must be a list of addresses"),
+    ],
+)
+def test_a_bad_http_section_stops_start_up_naming_the_key(
+    tmp_path: Path, files: tuple[str, str], http: object, expected: str
+) -> None:
+    keyfile, _ = files
+    assert error_of(tmp_path, {"http": http, "apps": {"org.ios": apns_values(keyfile)}}) == expected
+
+
+def test_an_unknown_http_key_is_a_warning(tmp_path: Path, files: tuple[str, str]) -> None:
+    keyfile, _ = files
+    config = load(tmp_path, {"http": {"port": 5001, "tls": True}, "apps": {"org.ios": apns_values(keyfile)}})
+    assert config.warnings == ["XMTP_PUSH_MATRIX_APPS: http: unknown keys ignored: tls"]
+    assert config.http == HttpSection(None, 5001)
 
 
 @pytest.mark.parametrize("proxy", ["socks5://user:secret@proxy:1080", "https://user:secret@proxy", 3128])

@@ -3,15 +3,22 @@ its log lines, against the local APNs and FCM fakes."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import httpx
 import pytest
 
+from app.core.config import Settings
+from app.ops.healthcheck import Verdict, check
 from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm, Reply
 from tests.support.matrix import (
     PROJECT,
+    SERVING,
     GatewayProcess,
     apns_app,
     b64,
@@ -158,3 +165,41 @@ async def test_a_cause_is_said_once_per_change_and_recovery_once(
         f"matrix app {app_id}: pushes go through again",
         f"matrix app {app_id}: pushes fail: credentials refused (HTTP 403 PERMISSION_DENIED)",
     ]
+
+
+def http_config(folder: Path, apns: FakeApns, port: int) -> str:
+    keyfile, _ = write_key_files(folder)
+    http = {"bind_addresses": ["127.0.0.1", "::1"], "port": port}
+    return write_config(folder, {NO_BADGE_IOS: apns_app(apns, keyfile)}, http=http)
+
+
+async def test_the_gateway_listens_where_its_sygnal_yaml_says(tmp_path: Path, apns_server: FakeApns) -> None:
+    port = free_port()
+    path = http_config(tmp_path, apns_server, port)
+    async with gateway_process(path) as gateway:
+        chosen = "(http.bind_addresses of XMTP_PUSH_MATRIX_APPS, http.port of XMTP_PUSH_MATRIX_APPS)"
+        line = json.loads((await gateway.child.line(SERVING)).string)["event"]
+        assert line == f"serving the Matrix push gateway on 127.0.0.1:{port}, [::1]:{port} {chosen}"
+        async with httpx.AsyncClient(timeout=10) as client:
+            for host in ("127.0.0.1", "[::1]"):
+                response = await client.get(f"http://{host}:{port}/health")
+                assert response.status_code == 200, host
+        settings = Settings(database_url="sqlite+aiosqlite:///unused.db", matrix_apps=path)
+        verdict = await asyncio.to_thread(check, settings, "gateway")
+        assert verdict == Verdict(
+            True, f"ok: `gateway` on http.port of XMTP_PUSH_MATRIX_APPS ({port}) is ready"
+        )
+
+
+async def test_an_explicit_http_setting_wins_over_the_sygnal_yaml(
+    tmp_path: Path, apns_server: FakeApns
+) -> None:
+    yaml_port, port = free_port(), free_port()
+    path = http_config(tmp_path, apns_server, yaml_port)
+    async with gateway_process(path, XMTP_PUSH_HTTP_PORT=str(port)) as gateway:
+        line = json.loads((await gateway.child.line(SERVING)).string)["event"]
+        chosen = "(http.bind_addresses of XMTP_PUSH_MATRIX_APPS, XMTP_PUSH_HTTP_PORT)"
+        assert line == f"serving the Matrix push gateway on 127.0.0.1:{port}, [::1]:{port} {chosen}"
+        assert (await gateway.http.get("/health")).status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            await gateway.http.get(f"http://127.0.0.1:{yaml_port}/health")

@@ -19,15 +19,16 @@ from app.api.health import create_probe_app
 from app.api.main import create_app, create_gateway_app, served
 from app.api.read_slots import ReadSlots
 from app.core.collector import settle_after_start_up
-from app.core.config import Settings
+from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.probes import Check, Probes
 from app.delivery.egress import EgressProxy
 from app.delivery.registry import ProviderRegistry, default_apps
 from app.marmot.dispatch import MARMOT_CHANNELS
+from app.matrix.config import gateway_address
 from app.matrix.service import Gateway
 from app.ops.checks import check_dependencies_at_start
 from app.ops.failures import DATABASE_READ_URL, classify_replica
-from app.runtime import Runtime, open_gateway_alone, open_runtime
+from app.runtime import Runtime, load_matrix_apps, open_gateway_alone, open_runtime
 from workers.http_protocol import header_bound_protocol
 from workers.listener import new_listener, run_listener
 from workers.marmot import open_marmot
@@ -72,9 +73,20 @@ class HttpServer:
 
 
 @contextlib.asynccontextmanager
-async def running_http(app: Any, settings: Settings, port: int, what: str) -> AsyncIterator[HttpServer]:
-    """Serve `app` (an ASGI app) on the HTTP host and `port` (0 picks a free one); a taken port stops start-up."""
-    sock = _bind(settings.http_host, port, what)
+async def running_http(
+    app: Any, settings: Settings, port: int, what: str, hosts: Sequence[str] = ()
+) -> AsyncIterator[HttpServer]:
+    """Serve `app` (an ASGI app) on the HTTP host (or on each of `hosts`) and `port` (0 picks a free
+    one); a taken port stops start-up."""
+    addresses = list(hosts) or [settings.http_host]
+    sockets: list[socket.socket] = []
+    try:
+        for host in addresses:
+            sockets.append(_bind(host, port, what, v6_only=len(addresses) > 1))
+    except BaseException:
+        for opened in sockets:
+            opened.close()
+        raise
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -87,17 +99,20 @@ async def running_http(app: Any, settings: Settings, port: int, what: str) -> As
         http=header_bound_protocol(settings.request_timeout_seconds),
     )
     server = _HttpServer(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
+    task = asyncio.create_task(server.serve(sockets=sockets))
     try:
         await _started(server, task)
-        yield HttpServer(server, task, int(sock.getsockname()[1]))
+        yield HttpServer(server, task, int(sockets[0].getsockname()[1]))
     finally:
         server.should_exit = True
         await asyncio.gather(task, return_exceptions=True)
-        sock.close()
+        for opened in sockets:
+            opened.close()
 
 
-def _bind(host: str, port: int, what: str) -> socket.socket:
+def _bind(host: str, port: int, what: str, *, v6_only: bool = False) -> socket.socket:
+    """A listening socket's address bound; `v6_only`: an IPv6 address takes no IPv4 connections (so
+    that `::` and `0.0.0.0` can be bound side by side, as Sygnal's bind_addresses may list them)."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -107,6 +122,8 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
         raise PortUnavailable(f"{what} address {host}:{port} cannot be bound") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if v6_only and family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
     except OSError:
         sock.close()
@@ -131,11 +148,20 @@ async def running_api(runtime: Runtime, *, fans_out: bool = False) -> AsyncItera
 
 @contextlib.asynccontextmanager
 async def running_gateway(settings: Settings) -> AsyncIterator[tuple[Gateway, HttpServer]]:
-    """The Matrix gateway alone over HTTP: its providers, memory and server."""
+    """The Matrix gateway alone over HTTP: its providers, memory and server, listening where the HTTP
+    settings say, else where its file's `http:` section (or Sygnal's default) does."""
+    config = load_matrix_apps(settings)
+    if config is None:
+        raise SettingsError(f"{ENV_PREFIX}MATRIX_APPS: required by `gateway`")
+    address = gateway_address(settings, config.http)
     async with (
-        open_gateway_alone(settings) as gateway,
-        running_http(served(create_gateway_app(gateway)), settings, settings.http_port, "HTTP") as http,
+        open_gateway_alone(settings, config) as gateway,
+        running_http(
+            served(create_gateway_app(gateway)), settings, address.port, "HTTP", address.hosts
+        ) as http,
     ):
+        listening = ", ".join(host_port(host, http.port) for host in address.hosts)
+        log.info("serving the Matrix push gateway on %s (%s)", listening, address.chosen_by)
         yield gateway, http
 
 
@@ -246,7 +272,6 @@ async def serve_gateway(settings: Settings) -> None:
     stop = _stop_on_signals()
     async with running_gateway(settings) as (_, http):
         settle_after_start_up(settings.gc_young_threshold)
-        log.info("serving the Matrix push gateway on %s:%d", settings.http_host, http.port)
         await _first_of(stop.wait(), http.task)
         log.info("stopping")
 

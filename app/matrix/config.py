@@ -1,9 +1,10 @@
 """The gateway's config file (XMTP_PUSH_MATRIX_APPS): a whole `sygnal.yaml`, or one holding only `apps:`.
 
-Only `apps:` and `proxy:` (the egress proxy of the apps' connections, app.delivery.egress) are read;
-any other top-level section (Sygnal's `http`, `log`, `metrics`...) is named in one warning and ignored. Each app is checked and its credentials loaded here, at
-start-up: a missing or bad key stops start-up with a message naming the app and the key (never a
-secret's value); a key its type does not know is a warning naming it.
+`apps:`, `proxy:` (the egress proxy of the apps' connections, app.delivery.egress) and `http:` (where
+`xmtp-push gateway` listens unless the HTTP settings say) are read; any other top-level section
+(Sygnal's `log`, `metrics`...) is named in one warning and ignored. Each app is checked and its
+credentials loaded here, at start-up: a missing or bad key stops start-up with a message naming the
+app and the key (never a secret's value); a key its type does not know is a warning naming it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from app.core.config import ENV_PREFIX, SettingsError
+from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.proxies import parse_proxy_url
 from app.delivery.url_policy import UrlPolicy
 from app.matrix import apns, gcm, webpush
@@ -32,7 +33,33 @@ APP_TYPES: dict[str, AppType] = {
     "webpush": webpush.APP_TYPE,
 }
 COMMON_KEYS = frozenset({"type", "inflight_request_limit"})
-READ_SECTIONS = frozenset({"apps", "proxy"})
+READ_SECTIONS = frozenset({"apps", "proxy", "http"})
+# Where Sygnal listens when its `http:` section does not say.
+SYGNAL_BIND_ADDRESSES: tuple[str, ...] = ("127.0.0.1",)
+SYGNAL_PORT = 5000
+HTTP_KEYS = frozenset({"bind_addresses", "port"})
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSection:
+    """The file's `http:` section as Sygnal reads it; None where it does not say."""
+
+    bind_addresses: tuple[str, ...] | None = None
+    port: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAddress:
+    """Where `xmtp-push gateway` listens, and what chose it (said at start-up)."""
+
+    hosts: tuple[str, ...]
+    port: int
+    hosts_from: str  # the setting, the file's key, or Sygnal's default
+    port_from: str
+
+    @property
+    def chosen_by(self) -> str:
+        return f"{self.hosts_from}, {self.port_from}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +69,7 @@ class GatewayConfig:
     warnings: list[str] = field(default_factory=list)
     # `proxy:`, as Sygnal reads it: the apps' connections go through it (HTTPS_PROXY otherwise).
     proxy: str | None = field(default=None, repr=False)
+    http: HttpSection = HttpSection()
 
 
 def load_gateway_config(path: str, url_policy: UrlPolicy | None = None) -> GatewayConfig:
@@ -53,13 +81,60 @@ def load_gateway_config(path: str, url_policy: UrlPolicy | None = None) -> Gatew
     ignored = sorted(str(key) for key in document if key not in READ_SECTIONS)
     if ignored:
         warnings.append(
-            f"{SETTING}: only the apps and proxy sections are read; ignored: {', '.join(ignored)}"
+            f"{SETTING}: only the apps, proxy and http sections are read; ignored: {', '.join(ignored)}"
         )
+    http = _http(document.get("http"), warnings)
     apps_section = document.get("apps")
     if not isinstance(apps_section, dict) or not apps_section:
         raise SettingsError(f"{SETTING}: the file has no apps: section (a mapping of app ids)")
     apps = [_app(str(app_id), values, warnings, url_policy) for app_id, values in apps_section.items()]
-    return GatewayConfig(AppTable(apps), warnings, _proxy(document.get("proxy")))
+    return GatewayConfig(AppTable(apps), warnings, _proxy(document.get("proxy")), http)
+
+
+def read_http_section(path: str) -> HttpSection:
+    """The `http:` section of the file at `path` alone (no app is loaded); SettingsError when bad."""
+    return _http(_read(path).get("http"), [])
+
+
+def gateway_address(settings: Settings, http: HttpSection) -> GatewayAddress:
+    """Where `xmtp-push gateway` listens: XMTP_PUSH_HTTP_HOST and XMTP_PUSH_HTTP_PORT when they are
+    set, else the file's `http:` section, else Sygnal's defaults, so that it answers where Sygnal
+    did with the same file."""
+    given = settings.model_fields_set
+    hosts: tuple[str, ...]
+    if "http_host" in given:
+        hosts, host_from = (settings.http_host,), f"{ENV_PREFIX}HTTP_HOST"
+    elif http.bind_addresses is not None:
+        hosts, host_from = http.bind_addresses, f"http.bind_addresses of {SETTING}"
+    else:
+        hosts, host_from = SYGNAL_BIND_ADDRESSES, "Sygnal's default address"
+    if "http_port" in given:
+        port, port_from = settings.http_port, f"{ENV_PREFIX}HTTP_PORT"
+    elif http.port is not None:
+        port, port_from = http.port, f"http.port of {SETTING}"
+    else:
+        port, port_from = SYGNAL_PORT, "Sygnal's default port"
+    return GatewayAddress(hosts, port, host_from, port_from)
+
+
+def _http(section: Any, warnings: list[str]) -> HttpSection:
+    if section is None:
+        return HttpSection()
+    if not isinstance(section, dict):
+        raise SettingsError(f"{SETTING}: http: must be a mapping (bind_addresses, port)")
+    unknown = sorted(str(key) for key in section if key not in HTTP_KEYS)
+    if unknown:
+        warnings.append(f"{SETTING}: http: unknown keys ignored: {', '.join(unknown)}")
+    addresses, port = section.get("bind_addresses"), section.get("port")
+    if addresses is not None and (
+        not isinstance(addresses, list)
+        or not addresses
+        or not all(isinstance(a, str) and a for a in addresses)
+    ):
+        raise SettingsError(f"{SETTING}: http.bind_addresses: must be a list of addresses")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535):
+        raise SettingsError(f"{SETTING}: http.port: must be a port number (0 to 65535)")
+    return HttpSection(tuple(addresses) if addresses is not None else None, port)
 
 
 def _proxy(value: Any) -> str | None:

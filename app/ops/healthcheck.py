@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from app.core.config import Settings
+from app.core.config import Settings, SettingsError
+from app.matrix.config import gateway_address, read_http_section
 
 CHECK_SECONDS = 2.0
 ON_METRICS_PORT = frozenset({"worker", "listen"})
@@ -62,10 +63,17 @@ def check(settings: Settings, command: str | None) -> Verdict:
         if name in ON_METRICS_PORT
         else ("XMTP_PUSH_HTTP_PORT", settings.http_port)
     )
+    host = settings.http_host
+    if name == "gateway" and settings.matrix_apps:  # where it listens: the settings, else its file
+        try:
+            address = gateway_address(settings, read_http_section(settings.matrix_apps))
+        except SettingsError as error:
+            return Verdict(False, f"unhealthy: `gateway`: {error}")
+        setting, port, host = address.port_from, address.port, address.hosts[0]
     where = f"`{name}` on {setting} ({port})"
     if port == 0:
         return Verdict(False, f"unhealthy: {where}: a port picked at start-up cannot be checked; set one")
-    host = ANY_ADDRESS.get(settings.http_host, settings.http_host)
+    host = ANY_ADDRESS.get(host, host)
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/readyz"
     try:
         with urllib.request.urlopen(url, timeout=CHECK_SECONDS) as response:
