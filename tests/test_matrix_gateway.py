@@ -449,7 +449,18 @@ async def test_retries_stop_at_the_request_timeout_with_502(gateway: RunningGate
     assert len(apns.requests_for(pushkey["pushkey"])) >= 2  # short retries first
 
 
-@pytest.mark.slow
+async def test_an_fcm_5xx_without_retry_after_is_retried_at_the_gateways_short_backoff(
+    gateway: RunningGateway, fcm: FakeFcm
+) -> None:
+    # The gateway's own numbers (its first wait 0.2 s), never a delay of the XMTP pipeline's rules: a
+    # wait of seconds would outlive the homeserver's patience and answer 502.
+    fcm.script("flaky", FcmReply(503, "UNAVAILABLE", "UNAVAILABLE"), FcmReply(200))
+    response = await gateway.notify(event_id_only(device(ANDROID, "flaky.1"), event_id=event()))
+    assert (response.status_code, response.json()) == (200, {"rejected": []})
+    first, second = fcm.requests
+    assert 0.2 <= second.received - first.received < 2.0
+
+
 async def test_an_fcm_retry_after_within_the_budget_is_waited_for(
     gateway: RunningGateway, fcm: FakeFcm
 ) -> None:
