@@ -113,6 +113,7 @@ def _dev(settings: Settings) -> None:
         _marmot_key(settings)
         if not settings.marmot_relays:
             _refuse("XMTP_PUSH_MARMOT_RELAYS: required when XMTP_PUSH_MARMOT_SECRET_KEY is set")
+        _refuse_marmot_problems(settings)
     _migrate(settings)
     run_loop(settings, serve_dev(settings))
 
@@ -130,11 +131,31 @@ def _marmot_key(settings: Settings) -> Any:
         _refuse(f"XMTP_PUSH_MARMOT_SECRET_KEY: {error}")
 
 
+def _refuse_marmot_problems(settings: Settings) -> None:
+    """What the Marmot server refuses at start beyond its key's form (app/marmot/startup.py)."""
+    from app.marmot.startup import start_problems
+
+    problems = start_problems(settings)
+    if problems:
+        _refuse("; ".join(problems))
+
+
+def _show_pubkey(settings: Settings, key: Any) -> None:
+    """The public key alone on stdout; a key file the server would refuse is said on stderr."""
+    from app.marmot.startup import key_file_problem
+
+    assert settings.marmot_secret_key is not None
+    problem = key_file_problem(settings.marmot_secret_key.get_secret_value())
+    if problem is not None:
+        print(f"xmtp-push: warning: {problem} (`xmtp-push marmot` refuses it)", file=sys.stderr)
+    print(key.public_hex)
+    print(key.npub)
+
+
 def _marmot(settings: Settings, args: argparse.Namespace) -> None:
     key = _marmot_key(settings)
     if args.show_pubkey:
-        print(key.public_hex)
-        print(key.npub)
+        _show_pubkey(settings, key)
         return
     from app.delivery.registry import CHANNELS, FLAT_CHANNELS, ways_to_configure
     from app.marmot.dispatch import MARMOT_CHANNELS
@@ -145,6 +166,7 @@ def _marmot(settings: Settings, args: argparse.Namespace) -> None:
     if not any(FLAT_CHANNELS[channel].configured(settings) for channel in MARMOT_CHANNELS):
         labels = " or ".join(CHANNELS[channel].label for channel in MARMOT_CHANNELS)
         _refuse(f"`marmot` needs {labels} configured: {ways_to_configure(MARMOT_CHANNELS)}")
+    _refuse_marmot_problems(settings)
     run_loop(settings, serve_marmot(settings))
 
 

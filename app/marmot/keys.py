@@ -73,6 +73,17 @@ def _read_key_file(path: Path) -> str:
         raise InvalidServerKey("the Marmot secret key file is not ASCII text") from None
 
 
+def key_file_path(text: str) -> Path | None:
+    """The file the key setting `text` names, or None when `text` is a key itself (64 hex characters
+    or an nsec1 key), which `ServerKey.parse` tries first."""
+    value = text.strip()
+    try:
+        inline = _decoded_secret(value, "the Marmot secret key") is not None
+    except InvalidServerKey:
+        inline = True  # an nsec1 key that does not decode: no file is read
+    return None if inline or not value else Path(value)
+
+
 class ServerKey:
     """One secp256k1 key: the secret scalar and its x-only public key."""
 
