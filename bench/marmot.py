@@ -198,6 +198,7 @@ def marmot_env(key: ServerKey, relay_url: str, apns: Fake, fcm: Fake, extra: lis
     tiers = [f"MARMOT_{t}_PER_{p}" for t in ("GLOBAL", "CHUNK", "DEVICE") for p in ("MINUTE", "HOUR")]
     settings = [*backend_settings("apns", apns), *backend_settings("fcm", fcm), "HTTP_HOST=127.0.0.1"]
     settings += [f"MARMOT_SECRET_KEY={key.secret.hex()}", f"MARMOT_RELAYS={relay_url}", "HTTP_PORT=0"]
+    settings += ["MARMOT_ALLOW_UNENCRYPTED_RELAYS=true"]  # the bench's relay: ws:// on loopback
     settings += ["LOG_LEVEL=INFO", *(f"{name}={RAISED}" for name in [*tiers, "MARMOT_PENDING_BYTES"])]
     return support.xmtp_push_env(dict(s.split("=", 1) for s in settings)) | dict(
         e.split("=", 1) for e in extra

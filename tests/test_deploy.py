@@ -198,6 +198,7 @@ def process_env(
     env |= {name: str(port) for name, port in ports.items()}
     env |= {"XMTP_PUSH_XMTPD_ADDRESS": xmtpd, "XMTP_PUSH_XMTPD_TLS": "false"}
     env |= {"XMTP_PUSH_MARMOT_RELAYS": relay, "XMTP_PUSH_APNS_KEY_ID": "KEYID12345"}
+    env |= {"XMTP_PUSH_MARMOT_ALLOW_UNENCRYPTED_RELAYS": "true"}  # the test's relay: ws:// on loopback
     env |= {"XMTP_PUSH_APNS_TEAM_ID": "TEAMID1234", "XMTP_PUSH_APNS_BUNDLE_ID": "org.example.app"}
     if "XMTP_PUSH_MATRIX_APPS" in env:
         env["XMTP_PUSH_MATRIX_APPS"] = apps

@@ -1,5 +1,5 @@
 """What `xmtp-push marmot` refuses at start, as a real subprocess: a key file its group or others may
-read (docs/marmot.md, step 1)."""
+read (docs/marmot.md, step 1), and ws:// relays unless XMTP_PUSH_MARMOT_ALLOW_UNENCRYPTED_RELAYS is set."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from tests.support.process import clean_env
 pytestmark = pytest.mark.slow
 
 KEY = "XMTP_PUSH_MARMOT_SECRET_KEY"
+RELAYS = "XMTP_PUSH_MARMOT_RELAYS"
+ALLOW = "XMTP_PUSH_MARMOT_ALLOW_UNENCRYPTED_RELAYS"
 
 
 def key_file(folder: Path, mode: int) -> tuple[Path, str]:
@@ -89,3 +91,37 @@ def test_show_pubkey_prints_only_the_public_key_and_warns_of_a_readable_key_file
     path.chmod(0o600)
     quiet = run(["marmot", "--show-pubkey"], env, tmp_path)
     assert quiet.returncode == 0 and quiet.stdout == result.stdout and "warning" not in quiet.stderr
+
+
+# --------------------------------------------------------------------------- ws:// relays
+
+
+def test_ws_relays_are_refused_unless_allowed_naming_the_settings(
+    tmp_path: Path, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    relays = f"wss://relay.example.org,ws://operator:hunter2@127.0.0.1:{free_port()}/inbox?k=v"
+    env = server_env(fakes, secp.fresh_secret().hex(), relays)
+    del env[ALLOW]
+    result = run(["marmot"], env, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert f"{RELAYS}: 1 of 2 relay(s) are ws://" in result.stderr and f"{ALLOW}=true" in result.stderr
+    for part in ("hunter2", "operator", "/inbox", "k=v", "relay.example.org"):
+        assert part not in result.stderr
+    env[ALLOW] = "false"
+    assert run(["marmot"], env, tmp_path).returncode == 2
+
+
+def test_dev_refuses_ws_relays_too_unless_allowed(tmp_path: Path) -> None:
+    settings = {KEY: secp.fresh_secret().hex(), RELAYS: f"ws://127.0.0.1:{free_port()}"}
+    result = run(["dev"], dev_env(tmp_path, free_port(), free_port(), **settings), tmp_path)
+    assert result.returncode == 2 and f"{RELAYS}: 1 of 1 relay(s) are ws://" in result.stderr
+
+
+def test_wss_relays_need_no_allowance(tmp_path: Path, fakes: tuple[FakeApns, FakeFcm]) -> None:
+    env = server_env(fakes, secp.fresh_secret().hex(), f"wss://127.0.0.1:{free_port()}")
+    del env[ALLOW]
+    with started(["marmot"], env, tmp_path) as process:
+        wait_healthy(process, int(env["XMTP_PUSH_HTTP_PORT"]))
+        code, _, err = stop(process, signal.SIGTERM)
+    assert code == 0, err

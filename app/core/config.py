@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     # or a path to a file holding either; read by app.marmot.keys) and the relays it listens on.
     marmot_secret_key: SecretStr | None = None
     marmot_relays: Annotated[tuple[str, ...], NoDecode] = ()
+    # ws:// relays (no TLS: anyone on the path reads and alters the traffic) are refused at start
+    # unless allowed: a relay on this host or a trusted network, say.
+    marmot_allow_unencrypted_relays: bool = False
     # Transponder's tiers: gift wraps taken in (before unwrapping), per encrypted chunk, per device.
     marmot_global_per_minute: int = Field(600, ge=1)
     marmot_global_per_hour: int = Field(30_000, ge=1)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import stat
+from urllib.parse import urlsplit
 
 from app.core.config import Settings
 from app.marmot.keys import key_file_path
 
 KEY_SETTING = "XMTP_PUSH_MARMOT_SECRET_KEY"
+RELAYS_SETTING = "XMTP_PUSH_MARMOT_RELAYS"
+ALLOW_UNENCRYPTED_SETTING = "XMTP_PUSH_MARMOT_ALLOW_UNENCRYPTED_RELAYS"
 # A key file must be for its owner's eyes alone (Transponder 0.2.0 refuses the same).
 READABLE_BY_OTHERS = stat.S_IRGRP | stat.S_IROTH
 
@@ -33,11 +36,21 @@ def key_file_problem(key_setting: str) -> str | None:
     )
 
 
+def unencrypted_relays_problem(settings: Settings) -> str | None:
+    """Why the relays may not be used (some are ws://, and they are not allowed), or None."""
+    unencrypted = sum(1 for url in settings.marmot_relays if urlsplit(url).scheme == "ws")
+    if not unencrypted or settings.marmot_allow_unencrypted_relays:
+        return None
+    return (
+        f"{RELAYS_SETTING}: {unencrypted} of {len(settings.marmot_relays)} relay(s) are ws:// (no TLS: "
+        f"anyone on the way reads and alters the traffic); use wss://, or set "
+        f"{ALLOW_UNENCRYPTED_SETTING}=true for relays on this host or a network you trust"
+    )
+
+
 def start_problems(settings: Settings) -> list[str]:
     """Everything about the configured Marmot server that keeps it from starting."""
-    problems = []
+    problems = [unencrypted_relays_problem(settings)]
     if settings.marmot_secret_key is not None:
-        problem = key_file_problem(settings.marmot_secret_key.get_secret_value())
-        if problem is not None:
-            problems.append(problem)
-    return problems
+        problems.append(key_file_problem(settings.marmot_secret_key.get_secret_value()))
+    return [problem for problem in problems if problem is not None]

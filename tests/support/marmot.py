@@ -281,6 +281,7 @@ def marmot_env(
     return {
         "XMTP_PUSH_MARMOT_SECRET_KEY": key.secret.hex(),
         "XMTP_PUSH_MARMOT_RELAYS": relay_url,
+        "XMTP_PUSH_MARMOT_ALLOW_UNENCRYPTED_RELAYS": "true",  # the tests' relays: ws:// on loopback
         "XMTP_PUSH_HTTP_HOST": "127.0.0.1",
         "XMTP_PUSH_HTTP_PORT": str(http_port),
         "XMTP_PUSH_APNS_KEY": app_keys.apns_key_pem(),
