@@ -23,7 +23,7 @@ from app.core import metrics
 from app.core.config import MARMOT_MAX_FRAME_BYTES, Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup
-from app.marmot.dispatch import MARMOT_CHANNELS
+from app.marmot.dispatch import MARMOT_CHANNELS, ApnsPayload
 from app.marmot.keys import ServerKey
 from app.marmot.pending import PendingTriggers, TriggerSink
 from app.marmot.relay_session import RelaySession
@@ -213,7 +213,12 @@ async def open_marmot(settings: Settings, providers: ProviderRegistry) -> AsyncI
             "Marmot: no XMTP_PUSH_REDIS_URL; this process works alone (its own limits and duplicate memory)"
         )
         handler = TriggerHandler(
-            key, providers, Dedup(settings.marmot_dedup_seconds), limits, settings.marmot_pushes_in_flight
+            key,
+            providers,
+            Dedup(settings.marmot_dedup_seconds),
+            limits,
+            settings.marmot_pushes_in_flight,
+            apns=ApnsPayload.from_settings(settings),
         )
         yield MarmotServer(settings, key, providers, handler)
         return
@@ -247,7 +252,13 @@ def shared_server(
     keys, limits = SharedKeys(key.public_hex), Limits.from_settings(settings)
     shared = SharedLimits(redis, keys, limits.chunk, limits.device, settings.marmot_dedup_seconds)
     handler = SharedTriggerHandler(
-        key, providers, Dedup(settings.marmot_dedup_seconds), limits, settings.marmot_pushes_in_flight, shared
+        key,
+        providers,
+        Dedup(settings.marmot_dedup_seconds),
+        limits,
+        settings.marmot_pushes_in_flight,
+        shared=shared,
+        apns=ApnsPayload.from_settings(settings),
     )
     queue_settings = QueueSettings(
         settings.marmot_max_concurrent,

@@ -158,6 +158,16 @@ class Settings(BaseSettings):
     marmot_dedup_seconds: float = Field(300.0, ge=1, le=86_400)
     # A relay connection silent this long (our pings unanswered included) is closed and reopened.
     marmot_relay_watchdog_seconds: float = Field(MARMOT_RELAY_WATCHDOG_SECONDS, ge=1, le=3600)
+    # What a Marmot APNs push shows (FCM stays data-only): "silent" wakes the app (content-available,
+    # background, priority 5); "generic_alert" shows the title and body below (push type alert,
+    # priority 10); "mutable_alert" the same with mutable-content 1, for a notification service
+    # extension to rewrite it. An empty body is left out.
+    marmot_apns_mode: Literal["silent", "generic_alert", "mutable_alert"] = "silent"
+    marmot_alert_title: str = Field("New message", min_length=1, max_length=256)
+    marmot_alert_body: str = Field("", max_length=1024)
+    # apns-collapse-id on every Marmot APNs push: a newer one replaces an older one still shown.
+    # Printable ASCII, at most APNs' 64 bytes.
+    marmot_apns_collapse_id: str | None = Field(None, pattern=r"^[ -~]{1,64}$")
 
     @field_validator("http_allowed_domains", mode="before")
     @classmethod

@@ -1,4 +1,5 @@
-"""A decrypted device token to one silent push, sent through the delivery core's providers.
+"""A decrypted device token to one push, sent through the delivery core's providers: silent by default,
+an alert on APNs when XMTP_PUSH_MARMOT_APNS_MODE says so.
 
 Marmot keeps no state: a token is dropped after its one attempt, and the outcome is only counted
 (there is no feedback path for a dead token but the metrics).
@@ -7,8 +8,11 @@ Marmot keeps no state: a token is dropped after its one attempt, and the outcome
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import dataclass
 
 from app.core.channels import Channel
+from app.core.config import Settings
 from app.delivery.registry import ProviderRegistry
 from app.delivery.types import OutcomeKind, Priority, Push, PushKind
 from app.marmot.tokens import DeviceToken, Platform
@@ -36,10 +40,39 @@ def channel_of(token: DeviceToken) -> Channel:
     return CHANNELS[token.platform]
 
 
-def render(token: DeviceToken) -> Push:
+@dataclass(frozen=True, slots=True)
+class ApnsPayload:
+    """What every Marmot APNs push carries: one body for all (nothing of a trigger is in it)."""
+
+    body: bytes
+    kind: PushKind
+    priority: Priority
+    collapse_id: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ApnsPayload:
+        """XMTP_PUSH_MARMOT_APNS_MODE's payload: silent, or an alert (priority 10, push type alert)
+        with the configured title and body, mutable-content 1 for `mutable_alert`."""
+        collapse_id = settings.marmot_apns_collapse_id
+        if settings.marmot_apns_mode == "silent":
+            return cls(APNS_BODY, PushKind.BACKGROUND, Priority.NORMAL, collapse_id)
+        alert = {"title": settings.marmot_alert_title}
+        if settings.marmot_alert_body:
+            alert["body"] = settings.marmot_alert_body
+        aps: dict[str, object] = {"alert": alert}
+        if settings.marmot_apns_mode == "mutable_alert":
+            aps["mutable-content"] = 1
+        body = json.dumps({"aps": aps}, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return cls(body, PushKind.ALERT, Priority.HIGH, collapse_id)
+
+
+SILENT = ApnsPayload(APNS_BODY, PushKind.BACKGROUND, Priority.NORMAL)
+
+
+def render(token: DeviceToken, apns: ApnsPayload = SILENT) -> Push:
     """The push for a token (APNs: its lowercase hex; FCM: its text)."""
     if token.platform is Platform.APNS:
-        return Push(token.token, APNS_BODY, PushKind.BACKGROUND, Priority.NORMAL)
+        return Push(token.token, apns.body, apns.kind, apns.priority, apns.collapse_id)
     return Push(token.token, FCM_DATA, PushKind.BACKGROUND, Priority.HIGH)
 
 
@@ -48,8 +81,8 @@ class Dispatcher:
     channel: a provider's client is slower per push with hundreds waiting on its connections than
     with a few dozen sending (firebase-admin's HTTP pool most of all)."""
 
-    def __init__(self, providers: ProviderRegistry, in_flight: int) -> None:
-        self._providers = providers
+    def __init__(self, providers: ProviderRegistry, in_flight: int, apns: ApnsPayload = SILENT) -> None:
+        self._providers, self._apns = providers, apns
         self._slots = {channel: asyncio.Semaphore(in_flight) for channel in CHANNELS.values()}
 
     async def send(self, token: DeviceToken) -> str:
@@ -60,5 +93,5 @@ class Dispatcher:
         if provider is None:
             return "failed"
         async with self._slots[channel]:
-            outcome = await provider.send(render(token))
+            outcome = await provider.send(render(token, self._apns))
         return TOKEN_OUTCOMES[outcome.kind]

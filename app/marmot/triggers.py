@@ -34,7 +34,7 @@ from app.core.config import Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.admission import Dedup, RateLimiter, RecentDigests, Tier
 from app.marmot.cpu_turns import CpuTurns
-from app.marmot.dispatch import Dispatcher, channel_of
+from app.marmot.dispatch import SILENT, ApnsPayload, Dispatcher, channel_of
 from app.marmot.keys import ServerKey
 from app.marmot.relay_session import event_of_frame
 from app.marmot.shared_limits import SharedLimits
@@ -91,10 +91,17 @@ class TriggerHandler:
     """Handles gift wraps for one server key; shared by every relay connection of the process."""
 
     def __init__(
-        self, key: ServerKey, providers: ProviderRegistry, dedup: Dedup, limits: Limits, in_flight: int
+        self,
+        key: ServerKey,
+        providers: ProviderRegistry,
+        dedup: Dedup,
+        limits: Limits,
+        in_flight: int,
+        *,
+        apns: ApnsPayload = SILENT,
     ) -> None:
         self._key, self._dedup = key, dedup
-        self._dispatcher = Dispatcher(providers, in_flight)
+        self._dispatcher = Dispatcher(providers, in_flight, apns)
         self._global = RateLimiter(limits.global_)
         self._chunks = RateLimiter(limits.chunk)
         self._devices = RateLimiter(limits.device)
@@ -176,16 +183,9 @@ class SharedTriggerHandler(TriggerHandler):
     tiers are in Redis (app.marmot.shared_limits), charged in the same order as `TriggerHandler`'s.
     When Redis does not answer, this process's own limits and memory stand in (logged once)."""
 
-    def __init__(
-        self,
-        key: ServerKey,
-        providers: ProviderRegistry,
-        dedup: Dedup,
-        limits: Limits,
-        in_flight: int,
-        shared: SharedLimits,
-    ) -> None:
-        super().__init__(key, providers, dedup, limits, in_flight)
+    def __init__(self, *args: Any, shared: SharedLimits, **kwargs: Any) -> None:
+        """`TriggerHandler`'s arguments, and the limits and duplicate memory in Redis."""
+        super().__init__(*args, **kwargs)
         self._shared = shared
         self._redis_failing = False
 
