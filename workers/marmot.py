@@ -26,6 +26,7 @@ from app.marmot.admission import Dedup
 from app.marmot.dispatch import MARMOT_CHANNELS, ApnsPayload
 from app.marmot.keys import ServerKey
 from app.marmot.pending import PendingTriggers, TriggerSink
+from app.marmot.push_health import PushHealth
 from app.marmot.relay_session import RelaySession
 from app.marmot.shared_limits import SharedKeys, SharedLimits
 from app.marmot.triggers import Limits, SharedTriggerHandler, TriggerHandler, TriggerResult, count_trigger
@@ -89,10 +90,12 @@ class MarmotServer:
         providers: ProviderRegistry,
         handler: TriggerSink[dict[str, Any]],
         queue: WrapQueue | None = None,
+        health: PushHealth | None = None,
     ) -> None:
         """Live gift wraps go to `queue` (shared with the other processes serving the key) when given,
-        else to this process's own handlers."""
+        else to this process's own handlers; `health` follows the handlers' pushes."""
         self._settings, self._key, self._providers = settings, key, providers
+        self._health = PushHealth() if health is None else health
         self._relays = settings.marmot_relays
         self.handler = handler
         self._intake: Intake = queue if queue is not None else AloneIntake(handler, settings)
@@ -104,8 +107,10 @@ class MarmotServer:
         return bool(self.subscribed)
 
     async def can_push(self) -> bool:
-        """At least one of Marmot's channels configured (readiness)."""
-        return any(self._providers.get(channel) is not None for channel in MARMOT_CHANNELS)
+        """At least one of Marmot's channels configured, and none failing most of its recent pushes
+        (readiness)."""
+        configured = any(self._providers.get(channel) is not None for channel in MARMOT_CHANNELS)
+        return configured and self._health.delivering()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve every relay until `stop` is set; then let pending and in-flight triggers finish
@@ -212,6 +217,7 @@ async def open_marmot(settings: Settings, providers: ProviderRegistry) -> AsyncI
         log.info(
             "Marmot: no XMTP_PUSH_REDIS_URL; this process works alone (its own limits and duplicate memory)"
         )
+        health = PushHealth()
         handler = TriggerHandler(
             key,
             providers,
@@ -219,8 +225,9 @@ async def open_marmot(settings: Settings, providers: ProviderRegistry) -> AsyncI
             limits,
             settings.marmot_pushes_in_flight,
             apns=ApnsPayload.from_settings(settings),
+            health=health,
         )
-        yield MarmotServer(settings, key, providers, handler)
+        yield MarmotServer(settings, key, providers, handler, health=health)
         return
     link = RedisLink(settings.redis_url, settings.redis_cluster, settings.redis_max_connections)
     async with _shared_client(link, settings.redis_url) as redis:
@@ -251,6 +258,7 @@ def shared_server(
     (app/marmot/wrap_queue.py, app/marmot/shared_limits.py)."""
     keys, limits = SharedKeys(key.public_hex), Limits.from_settings(settings)
     shared = SharedLimits(redis, keys, limits.chunk, limits.device, settings.marmot_dedup_seconds)
+    health = PushHealth()
     handler = SharedTriggerHandler(
         key,
         providers,
@@ -259,6 +267,7 @@ def shared_server(
         settings.marmot_pushes_in_flight,
         shared=shared,
         apns=ApnsPayload.from_settings(settings),
+        health=health,
     )
     queue_settings = QueueSettings(
         settings.marmot_max_concurrent,
@@ -267,4 +276,5 @@ def shared_server(
         settings.queue_reclaim_seconds,
     )
     log.info("Marmot: gift wraps, limits and duplicate memory shared through Redis")
-    return MarmotServer(settings, key, providers, handler, WrapQueue(redis, keys, handler, queue_settings))
+    queue = WrapQueue(redis, keys, handler, queue_settings)
+    return MarmotServer(settings, key, providers, handler, queue, health)

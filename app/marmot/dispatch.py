@@ -15,6 +15,7 @@ from app.core.channels import Channel
 from app.core.config import Settings
 from app.delivery.registry import ProviderRegistry
 from app.delivery.types import OutcomeKind, Priority, Push, PushKind
+from app.marmot.push_health import PushHealth
 from app.marmot.tokens import DeviceToken, Platform
 
 # Silent pushes only: APNs content-available at priority 5 (push type background); FCM data only
@@ -81,8 +82,15 @@ class Dispatcher:
     channel: a provider's client is slower per push with hundreds waiting on its connections than
     with a few dozen sending (firebase-admin's HTTP pool most of all)."""
 
-    def __init__(self, providers: ProviderRegistry, in_flight: int, apns: ApnsPayload = SILENT) -> None:
+    def __init__(
+        self,
+        providers: ProviderRegistry,
+        in_flight: int,
+        apns: ApnsPayload = SILENT,
+        health: PushHealth | None = None,
+    ) -> None:
         self._providers, self._apns = providers, apns
+        self._health = PushHealth() if health is None else health
         self._slots = {channel: asyncio.Semaphore(in_flight) for channel in CHANNELS.values()}
 
     async def send(self, token: DeviceToken) -> str:
@@ -94,4 +102,5 @@ class Dispatcher:
             return "failed"
         async with self._slots[channel]:
             outcome = await provider.send(render(token, self._apns))
+        self._health.note(channel, outcome)
         return TOKEN_OUTCOMES[outcome.kind]

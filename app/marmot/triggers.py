@@ -36,6 +36,7 @@ from app.marmot.admission import Dedup, RateLimiter, RecentDigests, Tier
 from app.marmot.cpu_turns import CpuTurns
 from app.marmot.dispatch import SILENT, ApnsPayload, Dispatcher, channel_of
 from app.marmot.keys import ServerKey
+from app.marmot.push_health import PushHealth
 from app.marmot.relay_session import event_of_frame
 from app.marmot.shared_limits import SharedLimits
 from app.marmot.tokens import DeviceToken, TokenError, decrypt_token, token_bytes
@@ -99,9 +100,10 @@ class TriggerHandler:
         in_flight: int,
         *,
         apns: ApnsPayload = SILENT,
+        health: PushHealth | None = None,
     ) -> None:
         self._key, self._dedup = key, dedup
-        self._dispatcher = Dispatcher(providers, in_flight, apns)
+        self._dispatcher = Dispatcher(providers, in_flight, apns, health)
         self._global = RateLimiter(limits.global_)
         self._chunks = RateLimiter(limits.chunk)
         self._devices = RateLimiter(limits.device)
