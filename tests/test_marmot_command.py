@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 import signal
 from pathlib import Path
@@ -28,7 +29,7 @@ from tests.support.marmot import (  # noqa: F401  (fixtures)
     running_relay,
 )
 from tests.support.ops import free_port
-from tests.support.process import clean_env
+from tests.support.process import child, clean_env
 
 # Every test here runs the product end to end: a second or more each.
 pytestmark = pytest.mark.slow
@@ -253,3 +254,24 @@ def test_config_check_reports_the_marmot_settings(tmp_path: Path) -> None:
     assert bad.detail.startswith("XMTP_PUSH_MARMOT_SECRET_KEY: ") and order not in bad.detail
     for result in (no_relays, no_channel):
         assert secret not in result.detail
+
+
+# --------------------------------------------------------------------------- relays in the log
+
+
+async def test_relays_are_logged_by_host_never_by_number_path_query_or_credentials(
+    fakes: tuple[FakeApns, FakeFcm],
+) -> None:
+    apns, fcm = fakes
+    key, http_port, dead_port = ServerKey(secp.fresh_secret()), free_port(), free_port()
+    dead = f"ws://operator:hunter2@127.0.0.1:{dead_port}/inbox/private-path?token=abc123"
+    async with running_relay() as relay:
+        env = clean_env(**marmot_env(key, f"{relay.url},{dead}", http_port, apns, fcm))
+        async with child("marmot", ["marmot"], env) as process:
+            await process.line(re.compile(rf"relay 127\.0\.0\.1:{relay.port}: subscribed"))
+            await process.line(re.compile(rf"relay 127\.0\.0\.1:{dead_port}: connection lost or refused \("))
+            assert await process.stop() == 0, process.output()
+    logged = "\n".join(process.lines)
+    assert not re.search(r"relay [0-9]+:", logged), logged
+    for part in ("operator", "hunter2", "private-path", "token=abc123", "/inbox"):
+        assert part not in logged

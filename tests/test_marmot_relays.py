@@ -21,7 +21,14 @@ from app.core.config import Settings
 from app.delivery.registry import ProviderRegistry
 from app.marmot.events import verify_event
 from app.marmot.keys import ServerKey
-from app.marmot.relay_session import BACKDATE_SECONDS, INBOX_RELAYS_KIND, Reaction, RelaySession
+from app.marmot.relay_session import (
+    BACKDATE_SECONDS,
+    INBOX_RELAYS_KIND,
+    Reaction,
+    RelaySession,
+    relay_host,
+    relay_names,
+)
 from tests.support import eventually
 from tests.support.marmot import Relay, SilentProxy, event_dict, gift_wrap, running_relay
 from workers.marmot import MarmotServer
@@ -223,3 +230,25 @@ def test_relay_urls_are_checked(relays: str) -> None:
         load_settings(marmot_relays=relays)
     assert "XMTP_PUSH_MARMOT_RELAYS" in str(error.value)
     assert "example" not in str(error.value)
+
+
+def test_a_relay_is_named_by_its_host_and_port_alone() -> None:
+    urls = [
+        "wss://relay.example.org",
+        "ws://user:secret@127.0.0.1:7000/inbox?token=x",
+        "wss://[2001:db8::1]:443/a",
+        "wss://inbox.example.net/one",
+        "wss://inbox.example.net/two",
+    ]
+    assert [relay_host(url) for url in urls[:3]] == [
+        "relay.example.org",
+        "127.0.0.1:7000",
+        "[2001:db8::1]:443",
+    ]
+    assert relay_names(urls) == [
+        "relay.example.org",
+        "127.0.0.1:7000",
+        "[2001:db8::1]:443",
+        "inbox.example.net #4",
+        "inbox.example.net #5",
+    ]

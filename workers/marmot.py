@@ -4,7 +4,7 @@ wraps offered to the pending buffer (app/marmot/pending.py), whose handlers take
 at most MARMOT_MAX_CONCURRENT at once: a relay's reader never waits for them.
 
 The protocol (what to send, how to answer) is app/marmot/relay_session.py; this module owns the sockets.
-Relays are named in logs by their position in MARMOT_RELAYS, never by URL.
+Relays are named in logs by their host (app/marmot/relay_session.py, `relay_names`), never by URL.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from app.marmot.dispatch import MARMOT_CHANNELS, ApnsPayload
 from app.marmot.keys import ServerKey
 from app.marmot.pending import PendingTriggers, TriggerSink
 from app.marmot.push_health import PushHealth
-from app.marmot.relay_session import RelaySession
+from app.marmot.relay_session import RelaySession, relay_names
 from app.marmot.shared_limits import SharedKeys, SharedLimits
 from app.marmot.triggers import Limits, SharedTriggerHandler, TriggerHandler, TriggerResult, count_trigger
 from app.marmot.wrap_queue import QueueSettings, WrapQueue
@@ -97,6 +97,7 @@ class MarmotServer:
         self._settings, self._key, self._providers = settings, key, providers
         self._health = PushHealth() if health is None else health
         self._relays = settings.marmot_relays
+        self._names = dict(enumerate(relay_names(self._relays), 1))  # by position, as `subscribed`
         self.handler = handler
         self._intake: Intake = queue if queue is not None else AloneIntake(handler, settings)
         self.connected: set[int] = set()
@@ -138,9 +139,11 @@ class MarmotServer:
             try:
                 await self._connection(http, number, url, watchdog, backoff)
             except CONNECTION_ERRORS as error:
-                log.info("relay %d: connection lost or refused (%s)", number, type(error).__name__)
+                log.info(
+                    "relay %s: connection lost or refused (%s)", self._names[number], type(error).__name__
+                )
             except Exception as error:  # a bug: this relay is tried again all the same
-                log.error("relay %d: connection failed (%s)", number, type(error).__name__)
+                log.error("relay %s: connection failed (%s)", self._names[number], type(error).__name__)
             await asyncio.sleep(backoff.next())
 
     async def _connection(
@@ -169,7 +172,7 @@ class MarmotServer:
                     continue
                 if not await self._react(ws, session, number, message.data, backoff):
                     return
-        log.info("relay %d: connection closed", number)
+        log.info("relay %s: connection closed", self._names[number])
 
     async def _react(self, ws: Any, session: RelaySession, number: int, text: str, backoff: Backoff) -> bool:
         """Answer one message; False when the connection should be given up."""
@@ -177,7 +180,7 @@ class MarmotServer:
         for frame in reaction.send:
             await ws.send_str(frame)
         if reaction.notice:
-            log.info("relay %d: %s", number, reaction.notice)
+            log.info("relay %s: %s", self._names[number], reaction.notice)
         self._note_subscription(number, session.live, backoff)
         if reaction.backlog:
             count_trigger(TriggerResult.BACKLOG)
@@ -189,7 +192,7 @@ class MarmotServer:
         if live and number not in self.subscribed:
             self.subscribed.add(number)
             backoff.reset()
-            log.info("relay %d: subscribed", number)
+            log.info("relay %s: subscribed", self._names[number])
         elif not live:
             self.subscribed.discard(number)
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.marmot.events import sign_event
 from app.marmot.keys import ServerKey
@@ -24,6 +26,23 @@ AUTH_KIND = 22242
 # Gift wraps carry a created_at up to two days in the past (NIP-59), so the filter reaches that far back.
 BACKDATE_SECONDS = 172_800
 AUTH_REQUIRED = "auth-required:"
+
+
+def relay_host(url: str) -> str:
+    """How logs name a relay: its host, with the port when the URL gives one; never the path, the
+    query or credentials (they may hold a token)."""
+    parsed = urlsplit(url)
+    host = parsed.hostname or "?"
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{parsed.port}" if parsed.port else host
+
+
+def relay_names(urls: Sequence[str]) -> list[str]:
+    """Each relay's name in logs (`relay_host`), with its position in the list after any name two
+    relays share (`relay.example #2`): relays on one host differ only in what is not logged."""
+    hosts = [relay_host(url) for url in urls]
+    shared = {host for host, count in Counter(hosts).items() if count > 1}
+    return [f"{host} #{number}" if host in shared else host for number, host in enumerate(hosts, 1)]
 
 
 def event_of_frame(text: str) -> dict[str, Any] | None:
