@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from importlib import metadata
-from typing import Any
+from typing import Any, NoReturn
 
 from app.core.config import Settings, SettingsError, load_settings, unknown_setting_warnings
 from app.core.logging import configure_logging
@@ -47,10 +47,65 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the server's public key (64 hex characters, then npub1...) and exit",
     )
+    _add_marmot_send_test(marmot.add_subparsers(dest="marmot_command", metavar="COMMAND"))
     from app.ops.commands import add_parsers
 
     add_parsers(commands)
     return parser
+
+
+MARMOT_SEND_TEST_HELP = (
+    "publish a real trigger for one device token, encrypted and gift-wrapped to the server's public key, "
+    "to a relay, and say whether the relay accepted it (exit 0) or not (exit 1); needs no settings"
+)
+
+
+def _add_marmot_send_test(commands: Any) -> None:
+    send = commands.add_parser("send-test", help=MARMOT_SEND_TEST_HELP, description=MARMOT_SEND_TEST_HELP)
+    send.add_argument("--relay", required=True, help="the relay's ws:// or wss:// URL")
+    send.add_argument("--platform", required=True, choices=("apns", "fcm"))
+    send.add_argument("--token", required=True, help="the device token: APNs as hex, FCM as its text")
+    send.add_argument(
+        "--server", required=True, help="the server's public key: npub1... or 64 hex characters"
+    )
+
+
+def _marmot_send_test(args: argparse.Namespace) -> int:
+    """`xmtp-push marmot send-test`: the verdict as one line on stdout."""
+    from urllib.parse import urlsplit
+
+    from app.marmot.giftwrap import one_token_trigger
+    from app.marmot.keys import NPUB, InvalidServerKey, bech32_encode, parse_public_key
+    from app.marmot.relay_session import relay_host
+    from app.marmot.tokens import Platform, TokenError
+    from workers.marmot import CONNECTION_ERRORS, PUBLISH_SECONDS, publish
+
+    relay = urlsplit(args.relay)
+    if relay.scheme not in ("ws", "wss") or not relay.hostname:
+        _refuse_argument("--relay: not a ws:// or wss:// URL with a host")
+    try:
+        server = parse_public_key(args.server)
+    except InvalidServerKey as error:
+        _refuse_argument(f"--server: {error}")
+    try:
+        event = one_token_trigger(server, Platform[args.platform.upper()], args.token)
+    except TokenError:
+        _refuse_argument("--token: an APNs token is hex, an FCM token text; 1 to 1021 bytes either way")
+    name = f"relay {relay_host(args.relay)}"
+    try:
+        published = asyncio.run(publish(args.relay, event))
+    except TimeoutError:
+        print(f"{name} gave no answer within {PUBLISH_SECONDS:g} s: the trigger may not have been taken")
+        return 1
+    except CONNECTION_ERRORS as error:
+        print(f"{name} could not be reached ({type(error).__name__}): nothing was published")
+        return 1
+    if not published.accepted:
+        print(f"{name} refused the trigger ({published.reason or 'no reason given'})")
+        return 1
+    npub = bech32_encode(NPUB, server)
+    print(f"{name} accepted the trigger: one {args.platform} token, gift-wrapped to {npub}")
+    return 0
 
 
 def _version() -> str:
@@ -200,6 +255,11 @@ def _refuse(message: str) -> None:
     raise SystemExit(2)
 
 
+def _refuse_argument(message: str) -> NoReturn:
+    print(f"xmtp-push: invalid argument: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 RUNNERS = {
     "dev": _dev,
     "api": _api,
@@ -254,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             settings = settings.model_copy(update={"log_level": "DEBUG"})
         configure_logging(settings.log_level)
-        serving = args.command in SERVING or (args.command == "marmot" and not args.show_pubkey)
+        marmot_serving = args.command == "marmot" and not (args.show_pubkey or args.marmot_command)
+        serving = args.command in SERVING or marmot_serving
         if serving or args.command == "send-test":
             from app.delivery.registry import default_apps
 
@@ -268,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as error:
         print(f"xmtp-push: {error}", file=sys.stderr)
         return 2
+    if args.command == "marmot" and args.marmot_command == "send-test":
+        return _marmot_send_test(args)
     if args.command == "marmot":
         _marmot(settings, args)
         return 0

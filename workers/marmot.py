@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -27,7 +28,7 @@ from app.marmot.dispatch import MARMOT_CHANNELS, ApnsPayload
 from app.marmot.keys import ServerKey
 from app.marmot.pending import PendingTriggers, TriggerSink
 from app.marmot.push_health import PushHealth
-from app.marmot.relay_session import RelaySession, relay_names
+from app.marmot.relay_session import Published, RelaySession, ok_answer, relay_names
 from app.marmot.shared_limits import SharedKeys, SharedLimits
 from app.marmot.triggers import Limits, SharedTriggerHandler, TriggerHandler, TriggerResult, count_trigger
 from app.marmot.wrap_queue import QueueSettings, WrapQueue
@@ -42,6 +43,8 @@ BACKOFF_MAX_SECONDS = 60.0
 # Pending and in-flight triggers are given this long to finish their pushes on the way out.
 STOP_GRACE_SECONDS = 10.0
 CONNECTION_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+# `marmot send-test` waits this long for the relay's answer, connecting included.
+PUBLISH_SECONDS = 15.0
 
 
 class Backoff:
@@ -281,3 +284,19 @@ def shared_server(
     log.info("Marmot: gift wraps, limits and duplicate memory shared through Redis")
     queue = WrapQueue(redis, keys, handler, queue_settings)
     return MarmotServer(settings, key, providers, handler, queue, health)
+
+
+async def publish(url: str, event: Mapping[str, Any]) -> Published:
+    """Send one event to the relay at `url` and return its OK answer. TimeoutError when it gives none
+    within PUBLISH_SECONDS; one of CONNECTION_ERRORS when it cannot be reached or closes first."""
+    async with (
+        asyncio.timeout(PUBLISH_SECONDS),
+        aiohttp.ClientSession() as http,
+        http.ws_connect(url, max_msg_size=MARMOT_MAX_FRAME_BYTES) as ws,
+    ):
+        await ws.send_str(json.dumps(["EVENT", event], separators=(",", ":")))
+        async for message in ws:
+            answer = ok_answer(message.data, event["id"]) if message.type is aiohttp.WSMsgType.TEXT else None
+            if answer is not None:
+                return answer
+    raise ConnectionResetError("the relay closed the connection without answering")

@@ -11,6 +11,7 @@ from typing import Any
 
 from app.marmot import nip44, secp
 from app.marmot.events import sign_event, unsigned_event
+from app.marmot.tokens import Platform, encrypt_token
 from app.marmot.unwrap import SEAL_KIND, TRIGGER_KIND, TRIGGER_TAGS, WRAP_KIND
 
 
@@ -71,3 +72,9 @@ def wrap_trigger(
     unless one is given."""
     sender = secp.fresh_secret() if sender_secret is None else sender_secret
     return gift_wrap(seal(trigger_rumor(sender, content), sender, server_public_x), server_public_x)
+
+
+def one_token_trigger(server_public_x: bytes, platform: Platform, token: str) -> dict[str, Any]:
+    """What an app sends to wake one device (`xmtp-push marmot send-test`): the device's token encrypted
+    to the server, gift-wrapped to it from fresh keys. TokenError for a token of no valid form."""
+    return wrap_trigger(encrypt_token(server_public_x, platform, token), server_public_x)

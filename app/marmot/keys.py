@@ -73,6 +73,23 @@ def _read_key_file(path: Path) -> str:
         raise InvalidServerKey("the Marmot secret key file is not ASCII text") from None
 
 
+def parse_public_key(text: str) -> bytes:
+    """A server's x-only public key from 64 hex characters or `npub1...`; InvalidServerKey (naming the
+    forms, not the value) for anything else or a value that is no point of the curve."""
+    value = text.strip()
+    if len(value) == 2 * secp.KEY_SIZE and set(value) <= _HEX_DIGITS:
+        public_x: bytes | None = bytes.fromhex(value)
+    else:
+        public_x = bech32_decode(NPUB, value.lower()) if value.lower().startswith(NPUB + "1") else None
+    if public_x is None:
+        raise InvalidServerKey("not a public key (64 hex characters or npub1...)")
+    try:
+        secp.lift_x(public_x)
+    except secp.CurveError:
+        raise InvalidServerKey("not a public key: no point of the curve has that X") from None
+    return public_x
+
+
 def key_file_path(text: str) -> Path | None:
     """The file the key setting `text` names, or None when `text` is a key itself (64 hex characters
     or an nsec1 key), which `ServerKey.parse` tries first."""

@@ -45,6 +45,34 @@ def relay_names(urls: Sequence[str]) -> list[str]:
     return [f"{host} #{number}" if host in shared else host for number, host in enumerate(hosts, 1)]
 
 
+# The machine-readable prefixes of a relay's refusal (NIP-01): all that is said of it, since the rest of
+# the relay's words may carry ids.
+REFUSALS = frozenset(
+    {"duplicate", "pow", "blocked", "rate-limited", "invalid", "restricted", "mute", "error", "auth-required"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A relay's answer to an event we published: accepted or not, and its refusal's prefix."""
+
+    accepted: bool
+    reason: str = ""  # one of REFUSALS, or "" (accepted, or no prefix given)
+
+
+def ok_answer(text: str, event_id: str) -> Published | None:
+    """The relay's `["OK", event_id, accepted, message]` for our event; None for any other frame."""
+    try:
+        message = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, list) or len(message) < 3 or message[:2] != ["OK", event_id]:
+        return None
+    words = message[3] if len(message) > 3 and isinstance(message[3], str) else ""
+    prefix = words.split(":", 1)[0].strip() if ":" in words else ""
+    return Published(message[2] is True, prefix if prefix in REFUSALS else "")
+
+
 def event_of_frame(text: str) -> dict[str, Any] | None:
     """The event of a relay's `["EVENT", subscription, event]` frame (as the shared wrap queue carries
     it); None for anything else."""
