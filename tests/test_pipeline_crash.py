@@ -208,7 +208,10 @@ async def test_killed_worker_loses_no_hint(redis_stack: Stack, receiver: Receive
                 f"{len(expected)} hints ({len(expected - received())} missing)",
             )
             assert survivor.poll() is None, log_tail(logs[1])
-            assert kill["took_over"] < 2 + 1.0, (
+            # Half the 2 s reclaim period, then the survivor's next look: well under 2 s on a quiet
+            # machine; 3 s of slack for a loaded one (3.4 s was seen with the load at 8 on two cores).
+            # A share never handed over waits out the 10 s above.
+            assert kill["took_over"] < 2 + 3.0, (
                 f"took every partition {kill['took_over']:.1f} s after the kill"
             )
             await pipe.settled(receiver, timeout=20)
