@@ -334,6 +334,29 @@ async def test_fcm_quota_pauses_fcm_only(
         assert await queue.depth(delivery_stream("fcm")) + await queue.delayed_count() == 2
 
 
+@pytest.mark.slow
+async def test_a_failed_fcm_push_is_tried_again_no_sooner_than_ten_seconds(
+    start: Any, receiver: Receiver, fcm_server: FakeFcm
+) -> None:
+    # docs/hints.md#outcomes-retries-and-cleanup: FCM's floor, whatever the retry settings (0.05 s here).
+    async with start() as pipe:
+        topic = new_topic()
+        fcm_server.script("flaky.e2e", FcmReply(500, "INTERNAL", "INTERNAL"), FcmReply(200))
+        await pipe.fcm("flaky.e2e", topic)
+        hook = receiver.endpoint([500, 200])
+        member = await pipe.register(http=pb.HttpDelivery(url=hook.url, signing_key=hook.key))
+        await pipe.subscribed(member, (topic,))
+
+        await pipe.ingest(topic, 1)
+        await eventually(lambda: fcm_server.count == 2, timeout=25, what="the FCM retry")
+        await pipe.settled()
+    first, second = fcm_server.requests
+    assert second.received - first.received >= 10.0
+    # The webhook's retry, on the same settings, came at once.
+    hooked = [r.at for r in hook.requests]
+    assert len(hooked) == 2 and hooked[1] - hooked[0] < 5.0
+
+
 @pytest.mark.parametrize("outage", ["silent", "down"])
 async def test_an_apns_outage_leaves_fcm_and_webhooks_flowing(
     start: Any, receiver: Receiver, apns_server: FakeApns, fcm_server: FakeFcm, tls: TlsFiles, outage: str

@@ -3,6 +3,7 @@ waits the Matrix gateway uses, and the floor under both."""
 
 from __future__ import annotations
 
+from app.core.channels import Channel
 from app.core.config import Settings
 from app.delivery.registry import CHANNELS
 from app.delivery.retry import Retry, RetryPolicy
@@ -46,3 +47,18 @@ def test_the_floor_holds_every_retry_back_but_not_a_deferred_push() -> None:
     assert isinstance(deferred, Retry) and deferred.delay_seconds == 0.5
     unfloored = RetryPolicy(base_seconds=1.0).next_step(job(), FAILED, age_seconds=0.0)
     assert isinstance(unfloored, Retry) and unfloored.delay_seconds < 1.5
+
+
+def test_fcm_retries_no_sooner_than_ten_seconds_or_its_retry_after_when_longer() -> None:
+    # docs/hints.md#outcomes-retries-and-cleanup: FCM's floor holds under the shortest retry settings.
+    settings = Settings(retry_base_seconds=0.05)
+    fcm = CHANNELS[Channel.FCM].retry.configured(settings)
+    step = fcm.next_step(job(), FAILED, age_seconds=0.0)
+    assert isinstance(step, Retry) and step.delay_seconds == 10.0
+    told = fcm.next_step(job(), Outcome(OutcomeKind.FAILED, delay_seconds=42.0), age_seconds=0.0)
+    assert isinstance(told, Retry) and told.delay_seconds == 42.0
+    # The other channels keep the settings' schedule.
+    for channel, descriptor in CHANNELS.items():
+        if channel is not Channel.FCM:
+            other = descriptor.retry.configured(settings).next_step(job(), FAILED, age_seconds=0.0)
+            assert isinstance(other, Retry) and other.delay_seconds < 0.1, channel

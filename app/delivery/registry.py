@@ -23,6 +23,7 @@ from app.delivery.credentials import ApnsCredentials, FcmCredentials, apns_crede
 from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.provider import Provider
 from app.delivery.providers.apns import ApnsProvider
+from app.delivery.providers.fcm import RETRY_FLOOR_SECONDS as FCM_RETRY_FLOOR_SECONDS
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookConfig, WebhookProvider
 from app.delivery.providers.webpush import WebPushConfig, WebPushProvider
@@ -128,7 +129,7 @@ CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {
         FcmProvider,
         DefaultApp((*FCM_REQUIRED, "fcm_endpoint"), FCM_REQUIRED, fcm_credentials),
         "#ff7f0e",
-        RetryPolicy(),
+        RetryPolicy(floor_seconds=FCM_RETRY_FLOOR_SECONDS),
     ),
     Channel.HTTP: describe(
         "webhooks",

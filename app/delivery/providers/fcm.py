@@ -80,6 +80,9 @@ CODE_OUTCOMES: dict[str, Outcome] = {
     exceptions.UNKNOWN: FAILED,  # transport errors with no response
 }
 TRANSIENT_STATUSES = {500, 503}
+# A failed push (500, 503, UNAVAILABLE, INTERNAL, a timeout) is tried again no sooner than this, or its
+# Retry-After when that says more (the XMTP backend's FCM table): FCM asks to be left alone a while.
+RETRY_FLOOR_SECONDS = 10.0
 # A 403 refuses the push whatever its body names (a front end's answer, a code of another status):
 # never retried, as Sygnal.
 REFUSED_STATUS = 403
