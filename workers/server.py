@@ -18,6 +18,7 @@ from app.api.grpc_server import PortUnavailable, start_grpc_server
 from app.api.health import create_probe_app
 from app.api.main import create_app, create_gateway_app, served
 from app.api.read_slots import ReadSlots
+from app.api.request_ids import RequestIds
 from app.core.collector import settle_after_start_up
 from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.probes import Check, Probes
@@ -88,7 +89,7 @@ async def running_http(
             opened.close()
         raise
     config = uvicorn.Config(
-        app,
+        RequestIds(app),
         log_config=None,
         access_log=False,
         # Nothing reads a client's address (no access log, no per-client rule), so uvicorn's

@@ -17,6 +17,7 @@ import re
 import sys
 import traceback
 from collections.abc import MutableMapping
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any
 
@@ -44,10 +45,26 @@ URL_PATTERN = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 HEX_PATTERN = re.compile(r"(?<![0-9a-fA-F])[0-9a-fA-F]{32,}(?![0-9a-fA-F])")
 URL_REDACTED = "[url]"
 HEX_REDACTED = "[hex]"
+# A request's ids (app/api/request_ids.py), on its lines: what an operator looks for, so a long hex
+# run in them stays (a trace id is one); URLs are still replaced.
+REQUEST_KEYS = frozenset({"request_id", "trace_id"})
+# The HTTP request being answered in this task: its request id and its trace id (or None), as sent.
+# One context variable set per request (cheaper than binding structlog's, per key), read only when a
+# line is written.
+request_ids: ContextVar[tuple[bytes, bytes | None] | None] = ContextVar("request_ids", default=None)
 # Loggers whose multi-line messages carry reprs after the first line.
 FIRST_LINE_ONLY = frozenset({"asyncio"})
 EventDict = MutableMapping[str, Any]
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def add_request_ids(_logger: Any, _method: str, event: EventDict) -> EventDict:
+    ids = request_ids.get()
+    if ids is not None:
+        event["request_id"] = ids[0].decode()
+        if ids[1] is not None:
+            event["trace_id"] = ids[1].decode()
+    return event
 
 
 def redact_sensitive(_logger: Any, _method: str, event: EventDict) -> EventDict:
@@ -68,8 +85,9 @@ def scrub_messages(_logger: Any, _method: str, event: EventDict) -> EventDict:
     if isinstance(message, str) and event.get("logger") in FIRST_LINE_ONLY:
         event["event"] = message.split("\n", 1)[0]
     for name, value in event.items():
-        if isinstance(value, str) and name not in ("timestamp", "level", "logger"):
-            event[name] = scrub(value)
+        if not isinstance(value, str) or name in ("timestamp", "level", "logger"):
+            continue
+        event[name] = URL_PATTERN.sub(URL_REDACTED, value) if name in REQUEST_KEYS else scrub(value)
     return event
 
 
@@ -98,6 +116,7 @@ def safe_exception(_logger: Any, _method: str, event: EventDict) -> EventDict:
 
 def configure_logging(level: str = "INFO") -> None:
     shared: list[Any] = [
+        add_request_ids,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -12,11 +12,8 @@ adjustments are in apns_connection.
 from __future__ import annotations
 
 import functools
-import itertools
-import secrets
 import ssl
 import time
-import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +25,7 @@ from aioapns.exceptions import ConnectionClosed, ConnectionError, MaxAttemptsExc
 from app.core import metrics
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
+from app.core.ids import UuidSequence
 from app.delivery.causes import TIMEOUT, connection_cause, credentials_refused, http_cause
 from app.delivery.credentials import ApnsCredentials
 from app.delivery.deadlines import Deadlines
@@ -134,7 +132,7 @@ class ApnsProvider:
         tunnel = proxy.for_url(credentials.endpoint)
         self._pool = EndpointPool(credentials, self._token, max_connections, self._health.connected, tunnel)
         self._deadlines = Deadlines(timeout_seconds)
-        self._ids = RequestIds()
+        self._ids = UuidSequence()  # apns-id values
 
     async def send(self, push: Push) -> Outcome:
         request = apns_request(push, self._ids.next())
@@ -179,18 +177,6 @@ class ApnsProvider:
     async def close(self) -> None:
         self._pool.close()
         await self._deadlines.close()
-
-
-class RequestIds:
-    """apns-id values: canonical UUIDs, each a random one made once with a counter in its last 48
-    bits, rather than a fresh uuid4 per push (a system call and an object each time)."""
-
-    def __init__(self) -> None:
-        self._prefix = str(uuid.uuid4())[:24]  # through the variant group, with its hyphen
-        self._counter = itertools.count(secrets.randbelow(1 << 40))
-
-    def next(self) -> str:
-        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012x}"
 
 
 def apns_request(push: Push, request_id: str) -> NotificationRequest | None:
