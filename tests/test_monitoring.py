@@ -164,6 +164,19 @@ def test_the_dashboard_and_the_rules_name_only_metrics_we_export() -> None:
     } <= used
 
 
+def test_every_metric_we_export_is_in_the_operations_table() -> None:
+    table = (ROOT / "docs" / "operations.md").read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    first_cells = re.findall(r"^\| ([^|]+)\|", table, re.MULTILINE)
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
+    ours = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in REGISTRY.collect()
+        if family.name.startswith(("xmtp_push_", "grpc_server_"))
+    }
+    assert {"grpc_server_started_total", "grpc_server_handled_total", "grpc_server_handling_seconds"} <= ours
+    assert ours - documented == set()
+
+
 def test_the_dashboard_shows_failures_apart_and_in_red() -> None:
     panels = {p["title"]: p for p in dashboard_panels()}
     delivered = panels["Delivered per second, by channel"]["targets"][0]["expr"]

@@ -6,7 +6,8 @@ whole message its prefix declares as soon as the handler reads, and with its ban
 advertises windows of many megabytes before any read. Every adjustment of it lives here:
 
 - the probe is off, so a stream holds at most the initial window (64 KiB) until its message is read;
-- an interceptor, which runs when a call's headers arrive, serves each unary-request method as a
+- an interceptor (`BoundedReads`, whose `serve` the metrics' interceptor applies: app/api/grpc_metrics.py),
+  which runs when a call's headers arrive, serves each unary-request method as a
   streaming-request one, so that its message is read here: under a read slot (`ReadSlots`), and within
   the request timeout of the headers, or the call ends DEADLINE_EXCEEDED and its stream is reset;
 - streams per connection, idle connections and a connection's age are bounded by grpc's own options.
@@ -122,7 +123,10 @@ class BoundedReads(Interceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
+        return self.serve(await continuation(handler_call_details))
+
+    def serve(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        """The handler that serves a method as `handler` would, its message read under the bounds."""
         if handler is None or handler.request_streaming:
             return handler
         if handler.response_streaming:

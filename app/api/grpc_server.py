@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from app.api.calls import METHODS, SERVICE_NAME, Method, invoke
 from app.api.error_details import grpc_trailers
 from app.api.grpc_bounds import CONNECTION_LIMITS, BoundedReads, ConnectionLimits, server_options
+from app.api.grpc_metrics import CallMetrics
 from app.api.read_slots import ReadSlots
 from app.core.errors import Code, DomainError
 from app.runtime import Runtime
@@ -98,7 +99,8 @@ async def start_grpc_server(
     """Start serving; returns the server and the bound port (useful when port is 0). `slots`: the
     process's read slots, shared with its HTTP server (a set of its own when None)."""
     reads = BoundedReads(slots or ReadSlots(), runtime.settings.request_timeout_seconds)
-    server = grpc.aio.server(options=server_options(limits), interceptors=[reads])
+    # One interceptor: the metrics count each call around the bounded read (see app/api/grpc_metrics.py).
+    server = grpc.aio.server(options=server_options(limits), interceptors=[CallMetrics(reads.serve)])
     server.add_generic_rpc_handlers((notification_handler(runtime),))
     # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]

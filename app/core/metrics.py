@@ -16,6 +16,21 @@ rpc_seconds = Histogram(
     "xmtp_push_rpc_seconds", "Notification API call latency", ["method", "code"], buckets=RPC_BUCKETS
 )
 
+# The gRPC server, by the names of Prometheus' gRPC middlewares (app/api/grpc_metrics.py). grpc_service
+# and grpc_method are those served (never a name only a caller sent); grpc_type: unary | client_stream |
+# server_stream | bidi_stream; grpc_code: Go's name of the status code (OK, InvalidArgument, ...).
+GRPC_LABELS = ("grpc_service", "grpc_method", "grpc_type")
+grpc_server_started_total = Counter("grpc_server_started", "RPCs started on the server", GRPC_LABELS)
+grpc_server_handled_total = Counter(
+    "grpc_server_handled", "RPCs completed on the server, by code", [*GRPC_LABELS, "grpc_code"]
+)
+grpc_server_handling_seconds = Histogram(
+    "grpc_server_handling_seconds",
+    "Time from an RPC's start to its end on the server",
+    GRPC_LABELS,
+    buckets=RPC_BUCKETS,
+)
+
 DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # result: ingested | ineligible | fanned_out
