@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from app.api.request_ids import request_id, trace_id
+from app.api.request_ids import RequestIds, request_id, trace_id
 from fakes.fake_fcm import FakeFcm
 from tests.support.egress import SERVING
 from tests.support.matrix import NOTIFY, device, event_id_only, gcm_app, write_config, write_key_files
@@ -57,6 +58,26 @@ def test_anything_else_gets_a_new_request_id(sent: str | None) -> None:
 def test_a_valid_traceparent_gives_its_trace_id(traceparent: str | None, expected: str | None) -> None:
     found = trace_id(None if traceparent is None else traceparent.encode())
     assert (found.decode() if found is not None else None) == expected
+
+
+async def test_an_app_that_fails_before_answering_is_answered_500_with_the_id() -> None:
+    async def failing(scope: object, receive: object, send: object) -> None:
+        raise RuntimeError("a bug")
+
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "path": "/", "method": "GET", "headers": [(b"x-request-id", b"r-1")]}
+    with pytest.raises(RuntimeError):  # still raised, for the server to log
+        await RequestIds(failing)(scope, receive, send)
+    start: dict[str, Any] = sent[0]
+    assert start["status"] == 500 and (b"x-request-id", b"r-1") in start["headers"]
+    assert sent[1] == {"type": "http.response.body", "body": b"Internal Server Error"}
 
 
 @pytest.mark.slow
