@@ -161,7 +161,7 @@ def _build_providers(
     """Every provider of the process: the flat settings' apps, and each gateway app's own (bounded
     by the gateway's request time, through its file's `proxy:` when it names one)."""
     proxy = EgressProxy.for_providers(settings)
-    providers = list(ProviderRegistry.build(defaults, settings.http_timeout_seconds, proxy))
+    providers = list(ProviderRegistry.build(defaults, settings.provider_timeout_seconds, proxy))
     if matrix is not None:
         timeout = settings.matrix_request_timeout_seconds
         matrix_proxy = EgressProxy.for_providers(settings, matrix.proxy)

@@ -178,7 +178,9 @@ def server_env(database_url: str, **settings: str) -> dict[str, str]:
     """The database, servers on free ports of 127.0.0.1, webhooks to local plain-HTTP; then `settings`."""
     server = {"DATABASE_URL": database_url, "HTTP_HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1"}
     server |= dict.fromkeys(("HTTP_PORT", "GRPC_PORT", "METRICS_PORT"), "0")
-    server |= dict.fromkeys(("HTTP_ENABLED", "HTTP_ALLOW_INSECURE", "HTTP_ALLOW_PRIVATE_ADDRESSES"), "true")
+    server |= dict.fromkeys(
+        ("WEBHOOK_ENABLED", "WEBHOOK_ALLOW_INSECURE", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES"), "true"
+    )
     return xmtp_push_env(server | settings)
 
 

@@ -159,7 +159,7 @@ async def queue_time(url: str, size: int, workers: int) -> float:
     """Seconds from queueing one envelope for the largest topic until its deliveries are all queued."""
     await flush()  # before the workers record the partition count, and after
     envelope = Envelope(topic("h", 0), 1, time.time_ns(), EnvelopeKind.GROUP_MESSAGE, should_push=True)
-    env = support.server_env(url, REDIS_URL=REDIS_URL, HTTP_ENABLED="false")
+    env = support.server_env(url, REDIS_URL=REDIS_URL, WEBHOOK_ENABLED="false")
     async with open_runtime(load_settings(database_url=url, redis_url=REDIS_URL), sends=False) as runtime:
         assert runtime.queue is not None
         procs = [

@@ -161,7 +161,7 @@ async def test_row1_undecodable_json_fields_of_update(api: Api) -> None:
 
 
 async def test_row1_before_every_later_row(api_with: ApiWith) -> None:
-    async with api_with(http_enabled=False, max_push_topics=2) as api:
+    async with api_with(webhook_enabled=False, max_push_topics=2) as api:
         creds, _ = await seeded(api)
         short = Creds(creds.rid, creds.secret[:31])  # known id: row 3 would apply
         unknown_short = Creds(new_creds().rid[:31], creds.secret)  # row 2 would apply
@@ -245,7 +245,7 @@ UNCONFIGURED = [
     pytest.param({"apns_key": None}, apns(), id="apns"),
     pytest.param({"apns_team_id": None}, apns(), id="apns-partial"),
     pytest.param({"fcm_service_account": None}, fcm(), id="fcm"),
-    pytest.param({"http_enabled": False}, http(), id="http"),
+    pytest.param({"webhook_enabled": False}, http(), id="http"),
 ]
 
 
@@ -268,7 +268,7 @@ async def test_row4_the_operator_is_told_once_per_channel_what_configures_it(
 ) -> None:
     """The caller gets the constant message over gRPC and Connect; the log gets one WARNING per
     channel naming the settings it needs, however many calls ask for it."""
-    async with api_with(http_enabled=False, fcm_service_account=None) as api:
+    async with api_with(webhook_enabled=False, fcm_service_account=None) as api:
         with caplog.at_level(logging.WARNING, logger="app.recipients"):
             for _ in range(3):
                 await refused(
@@ -279,14 +279,14 @@ async def test_row4_the_operator_is_told_once_per_channel_what_configures_it(
                 )
     told = [r.getMessage() for r in caplog.records if r.name == "app.recipients.service"]
     assert told == [
-        "Register asked for channel http, which is not configured: it needs XMTP_PUSH_HTTP_ENABLED=true",
+        "Register asked for channel http, which is not configured: it needs XMTP_PUSH_WEBHOOK_ENABLED=true",
         "Register asked for channel fcm, which is not configured: it needs XMTP_PUSH_FCM_SERVICE_ACCOUNT",
     ]
     assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == "app.recipients.service")
 
 
 async def test_row4_before_url_key_and_target_checks(api_with: ApiWith) -> None:
-    async with api_with(http_enabled=False, apns_key=None) as api:
+    async with api_with(webhook_enabled=False, apns_key=None) as api:
         await seeded(api)
         for request in (
             register(new_creds(), http("ftp://127.0.0.1/hook", SIGNING_KEY_OK)),
@@ -339,7 +339,7 @@ async def test_row5_scheme_userinfo_and_resolution(api: Api) -> None:
 
 
 async def test_row5_http_refused_when_insecure_disallowed(api_with: ApiWith) -> None:
-    async with api_with(http_allow_insecure=False) as api:
+    async with api_with(webhook_allow_insecure=False) as api:
         await seeded(api)
         await _urls_refused(api, ["http://127.0.0.1/hook", "HTTP://127.0.0.1/hook", "http://localhost/"])
         await _urls_accepted(api, ["https://127.0.0.1/hook", "HTTPS://127.0.0.1/hook"])
@@ -347,7 +347,7 @@ async def test_row5_http_refused_when_insecure_disallowed(api_with: ApiWith) -> 
 
 async def test_row5_allowed_domains(api_with: ApiWith) -> None:
     # Only names that resolve here can prove the domain check itself: localhost and IP literals.
-    async with api_with(http_allowed_domains=("LocalHost", "*.0.0.1")) as api:
+    async with api_with(webhook_allowed_domains=("LocalHost", "*.0.0.1")) as api:
         await seeded(api)
         await _urls_accepted(
             api, ["https://localhost/hook", "https://LOCALHOST:8443/x", "https://127.0.0.1/h"]
@@ -356,7 +356,7 @@ async def test_row5_allowed_domains(api_with: ApiWith) -> None:
 
 
 async def test_row5_wildcard_needs_one_more_label(api_with: ApiWith) -> None:
-    async with api_with(http_allowed_domains=("*.localhost", "*.27.0.0.1")) as api:
+    async with api_with(webhook_allowed_domains=("*.localhost", "*.27.0.0.1")) as api:
         await seeded(api)
         # "localhost" is the bare suffix; "127.0.0.1" ends with "27.0.0.1" but not with ".27.0.0.1"
         await _urls_refused(api, ["https://localhost/hook", "https://127.0.0.1/hook"])
@@ -396,7 +396,7 @@ PUBLIC_URLS = [
 
 
 async def test_row5_blocked_addresses(api_with: ApiWith) -> None:
-    async with api_with(http_allow_private_addresses=False) as api:
+    async with api_with(webhook_allow_private_addresses=False) as api:
         await seeded(api)
         await _urls_refused(api, BLOCKED_URLS)
         await _urls_accepted(api, PUBLIC_URLS)

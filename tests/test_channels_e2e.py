@@ -361,7 +361,7 @@ async def test_a_failed_fcm_push_is_tried_again_no_sooner_than_ten_seconds(
 async def test_an_apns_outage_leaves_fcm_and_webhooks_flowing(
     start: Any, receiver: Receiver, apns_server: FakeApns, fcm_server: FakeFcm, tls: TlsFiles, outage: str
 ) -> None:
-    overrides: dict[str, Any] = {"delivery_concurrency": 4, "http_timeout_seconds": 5.0}
+    overrides: dict[str, Any] = {"delivery_concurrency": 4, "provider_timeout_seconds": 5.0}
     if outage == "down":
         stopped = FakeApns(tls).start()
         overrides["apns_endpoint"] = stopped.endpoint

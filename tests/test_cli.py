@@ -146,7 +146,7 @@ def test_dev_serves_then_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> N
 
 def test_dev_refuses_a_webhook_channel_that_is_not_enabled(tmp_path: Path) -> None:
     http_port, grpc_port = free_port(), free_port()
-    env = dev_env(tmp_path, http_port, grpc_port, XMTP_PUSH_HTTP_ENABLED="false")
+    env = dev_env(tmp_path, http_port, grpc_port, XMTP_PUSH_WEBHOOK_ENABLED="false")
     with started(["dev"], env, tmp_path) as process:
         wait_healthy(process, http_port)
         with pytest.raises(grpc.RpcError) as raised:

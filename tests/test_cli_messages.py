@@ -177,11 +177,11 @@ def test_version_is_the_installed_packages(tmp_path: Path) -> None:
 
 def test_a_mistyped_variable_is_named_with_the_nearest_setting(tmp_path: Path) -> None:
     db = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
-    result = xmtp_push("migrate", cwd=tmp_path, database_url=db, http_enabld="true")
+    result = xmtp_push("migrate", cwd=tmp_path, database_url=db, webhook_enabld="true")
     assert result.returncode == 0, result
     assert (
-        "xmtp-push: warning: XMTP_PUSH_HTTP_ENABLD is not a setting and is ignored "
-        "(did you mean XMTP_PUSH_HTTP_ENABLED?)"
+        "xmtp-push: warning: XMTP_PUSH_WEBHOOK_ENABLD is not a setting and is ignored "
+        "(did you mean XMTP_PUSH_WEBHOOK_ENABLED?)"
     ) in result.stderr.splitlines()
 
 
@@ -191,10 +191,10 @@ def test_config_check_warns_when_no_channel_is_configured(tmp_path: Path) -> Non
     assert bare.returncode == 0, bare
     (warning,) = [line for line in bare.stdout.splitlines() if line.startswith("warn")]
     assert warning.startswith("warn channels       none configured")
-    for setting in ("XMTP_PUSH_APNS_KEY", "XMTP_PUSH_FCM_SERVICE_ACCOUNT", "XMTP_PUSH_HTTP_ENABLED=true"):
+    for setting in ("XMTP_PUSH_APNS_KEY", "XMTP_PUSH_FCM_SERVICE_ACCOUNT", "XMTP_PUSH_WEBHOOK_ENABLED=true"):
         assert setting in warning
     assert bare.stdout.splitlines()[-1] == "configuration is usable (1 warning(s))"
 
-    webhooks = xmtp_push("config", "check", cwd=tmp_path, database_url=database, http_enabled="true")
+    webhooks = xmtp_push("config", "check", cwd=tmp_path, database_url=database, webhook_enabled="true")
     assert webhooks.returncode == 0, webhooks
     assert "warn" not in webhooks.stdout and webhooks.stdout.splitlines()[-1] == "configuration is usable"

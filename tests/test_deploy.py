@@ -43,16 +43,16 @@ PROBES = (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startu
 REPLICAS = {"api": 2, "listen": 2, "marmot": 2, "gateway": 2}
 # Settings docs/scaling.md adds (database replica, Redis Cluster, queue partitions), named by the deployment
 # before app/core/config.py has them: allowed, and only these, while they are not settings yet.
-HTTP_TIMEOUT_MAX = next(
-    m.le for m in deploy.Settings.model_fields["http_timeout_seconds"].metadata if hasattr(m, "le")
+PROVIDER_TIMEOUT_MAX = next(
+    m.le for m in deploy.Settings.model_fields["provider_timeout_seconds"].metadata if hasattr(m, "le")
 )
 # How long each command may take after SIGTERM to finish what it holds (workers/server.py,
 # workers/delivery.py's drain, workers/marmot.py), before a preStop pause.
 DRAIN_SECONDS = {
     "api": 2 * GRACE_SECONDS,  # HTTP, then gRPC
     "gateway": GRACE_SECONDS,
-    "worker": HTTP_TIMEOUT_MAX + 5,
-    "marmot": STOP_GRACE_SECONDS + HTTP_TIMEOUT_MAX,
+    "worker": PROVIDER_TIMEOUT_MAX + 5,
+    "marmot": STOP_GRACE_SECONDS + PROVIDER_TIMEOUT_MAX,
 }
 
 

@@ -133,9 +133,9 @@ async def api_process(tmp_path: Path) -> AsyncIterator[tuple[Child, int, int]]:
         XMTP_PUSH_HTTP_PORT=str(http_port),
         XMTP_PUSH_GRPC_PORT=str(grpc_port),
         XMTP_PUSH_METRICS_PORT="0",
-        XMTP_PUSH_HTTP_ENABLED="true",
-        XMTP_PUSH_HTTP_ALLOW_INSECURE="true",
-        XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES="true",
+        XMTP_PUSH_WEBHOOK_ENABLED="true",
+        XMTP_PUSH_WEBHOOK_ALLOW_INSECURE="true",
+        XMTP_PUSH_WEBHOOK_ALLOW_PRIVATE_ADDRESSES="true",
     )
     async with child("dev", ["dev"], env) as process:
         async with httpx.AsyncClient(timeout=2) as client:

@@ -24,8 +24,8 @@ from tests.support.matrix import RunningGateway, gateway_settings, running, writ
 
 APP_ID = "org.example.web"
 LOCAL = {
-    "http_allow_private_addresses": True,
-    "http_allow_insecure": True,
+    "webhook_allow_private_addresses": True,
+    "webhook_allow_insecure": True,
     "matrix_request_timeout_seconds": 3,
 }
 
@@ -213,7 +213,7 @@ async def test_a_private_endpoint_is_502_without_a_request_unless_allowed(
 ) -> None:
     config = write_config(tmp_path, {APP_ID: webpush_app(vapid_file(tmp_path))})
     subscription = service.subscribe()
-    async with running(gateway_settings(config, http_allow_insecure=True)) as strict:
+    async with running(gateway_settings(config, webhook_allow_insecure=True)) as strict:
         answer = await strict.notify(message(subscriber(subscription)))
     assert answer.status_code == 502
     assert subscription.pushes == []

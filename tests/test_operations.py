@@ -131,7 +131,7 @@ def test_compose_file_is_valid_and_has_the_production_shape(tmp_path: Path) -> N
 @pytest.mark.tools("docker-compose")
 def test_compose_file_passes_every_setting_of_the_env_file(tmp_path: Path) -> None:
     settings = {
-        "XMTP_PUSH_HTTP_TIMEOUT_SECONDS": "4",
+        "XMTP_PUSH_PROVIDER_TIMEOUT_SECONDS": "4",
         "XMTP_PUSH_DELIVERY_CONCURRENCY": "64",
         "XMTP_PUSH_XMTPD_ADDRESS": "xmtpd.internal:5050",
         "XMTP_PUSH_XMTPD_TLS": "false",

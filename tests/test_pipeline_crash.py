@@ -64,9 +64,9 @@ def worker_env(database_url: str, redis_url: str) -> dict[str, str]:
             "XMTP_PUSH_RETRY_BASE_SECONDS": "0.2",
             # Topics of 25 subscribers fan out in pages of 10: next-page jobs cross the crash too.
             "XMTP_PUSH_FANOUT_PAGE_SIZE": "10",
-            "XMTP_PUSH_HTTP_ENABLED": "true",
-            "XMTP_PUSH_HTTP_ALLOW_INSECURE": "true",
-            "XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES": "true",
+            "XMTP_PUSH_WEBHOOK_ENABLED": "true",
+            "XMTP_PUSH_WEBHOOK_ALLOW_INSECURE": "true",
+            "XMTP_PUSH_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
         }
     )
     return env

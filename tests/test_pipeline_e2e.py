@@ -495,7 +495,7 @@ async def test_slow_receiver_does_not_hold_up_others(some_stack, receiver: Recei
 
 
 async def test_timeout_is_transient_and_retried(some_stack, receiver: Receiver) -> None:
-    async with running_pipeline(some_stack, http_timeout_seconds=0.5) as pipe:
+    async with running_pipeline(some_stack, provider_timeout_seconds=0.5) as pipe:
         topic = group_topic()
         member = await pipe.member(receiver.endpoint([200], delays=[5.0, 0.0]), topic)
         await pipe.ingest_ok([envelope(topic, 8)])
@@ -642,9 +642,9 @@ async def test_an_outage_ends_with_one_hint_per_topic(some_stack, receiver: Rece
 
 async def test_a_hanging_host_costs_a_healthy_host_nothing(some_stack, receiver: Receiver) -> None:
     """600 recipients on a host that never answers, beside 100 on a healthy one, all on one topic:
-    the hanging host gets at most XMTP_PUSH_HTTP_MAX_PER_HOST attempts at once, the rest wait in
+    the hanging host gets at most XMTP_PUSH_WEBHOOK_MAX_PER_HOST attempts at once, the rest wait in
     the queue, and the healthy host's hints arrive as if the other were not there."""
-    overrides = {"http_timeout_seconds": 10.0, "http_max_per_host": 16, "delivery_concurrency": 256}
+    overrides = {"provider_timeout_seconds": 10.0, "webhook_max_per_host": 16, "delivery_concurrency": 256}
     async with Receiver() as healthy, running_pipeline(some_stack, **overrides) as pipe:
         topic = group_topic()
         hanging = receiver.endpoint(delays=[30.0])  # held past the 10 s timeout

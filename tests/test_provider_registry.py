@@ -138,13 +138,13 @@ async def test_pushes_apple_would_refuse_are_rejected_without_a_request(
 
 
 def test_the_flat_settings_are_the_default_app_of_each_channel() -> None:
-    every = make_settings("sqlite+aiosqlite:///unused.db", http_enabled=True)
+    every = make_settings("sqlite+aiosqlite:///unused.db", webhook_enabled=True)
     assert [(a.channel, a.app) for a in default_apps(every)] == [
         ("apns", DEFAULT_APP),
         ("fcm", DEFAULT_APP),
         ("http", DEFAULT_APP),
     ]
-    only_fcm = make_settings("sqlite+aiosqlite:///unused.db", apns_key=None, http_enabled=False)
+    only_fcm = make_settings("sqlite+aiosqlite:///unused.db", apns_key=None, webhook_enabled=False)
     assert [(a.channel, a.app) for a in default_apps(only_fcm)] == [("fcm", DEFAULT_APP)]
 
 
@@ -155,7 +155,7 @@ def test_a_gateway_app_is_apart_from_a_settings_app_of_the_same_name_and_labelle
 
 
 def test_an_app_whose_credentials_are_another_channels_is_refused_before_any_provider_is_built() -> None:
-    every = make_settings("sqlite+aiosqlite:///unused.db", http_enabled=True)
+    every = make_settings("sqlite+aiosqlite:///unused.db", webhook_enabled=True)
     apns, fcm, _ = default_apps(every)
     swapped = ChannelApp(Channel.FCM, AppName(AppSource.MATRIX, "swapped"), apns.credentials)
     with pytest.raises(TypeError) as refused:

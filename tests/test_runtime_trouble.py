@@ -132,7 +132,7 @@ async def test_api_on_an_unusable_database_answers_unavailable_and_says_what_is_
     http_port, grpc_port = api_ports
     env = child_env(
         database_url=postgres(database, user),
-        http_enabled="true",
+        webhook_enabled="true",
         http_port=str(http_port),
         grpc_port=str(grpc_port),
     )
@@ -188,7 +188,7 @@ async def test_a_worker_says_once_that_redis_is_down_and_once_that_it_is_back(tm
     env = child_env(
         database_url=await create_sqlite_database(tmp_path),
         redis_url=f"redis://127.0.0.1:{port}/0",
-        http_enabled="true",
+        webhook_enabled="true",
         metrics_port="0",
     )
     async with child("worker", ["worker"], env) as worker:
@@ -244,7 +244,7 @@ async def test_listen_is_not_ready_until_the_firehose_is_open_and_names_the_node
 
 SEND_TEST_CASES = {
     "refused": ("failed", "connection refused"),
-    "timed out": ("failed", "timed out: no answer within XMTP_PUSH_HTTP_TIMEOUT_SECONDS"),
+    "timed out": ("failed", "timed out: no answer within XMTP_PUSH_PROVIDER_TIMEOUT_SECONDS"),
     "signature": (
         "rejected",
         "HTTP 400 Bad Request: the receiver refused the push (does it verify with the signing key registered?)",
@@ -275,7 +275,7 @@ async def test_send_test_says_what_happened_to_a_hint_that_did_not_go(postgresql
             case: await register(api.stub, "http", url, signing_key)
             for case, (url, signing_key) in targets.items()
         }
-        env = channel_env(postgresql_url, http_timeout_seconds="1")
+        env = channel_env(postgresql_url, provider_timeout_seconds="1")
         results = await asyncio.gather(
             *(xmtp_push("send-test", registered[case].rid.hex(), env=env) for case in SEND_TEST_CASES)
         )
@@ -314,10 +314,10 @@ async def test_a_signing_key_of_the_wrong_length_is_told_the_allowed_range(
     http_port, grpc_port = api_ports
     env = child_env(
         database_url=await create_sqlite_database(tmp_path),
-        http_enabled="true",
+        webhook_enabled="true",
         http_port=str(http_port),
         grpc_port=str(grpc_port),
-        http_allow_private_addresses="true",
+        webhook_allow_private_addresses="true",
         log_level="INFO",
     )
     request = register_request()

@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from app.core.config import ENV_PREFIX, Settings, SettingsError, load_settings, unknown_setting_warnings
+from app.core.config import Settings, SettingsError, load_settings, unknown_setting_warnings
 from app.core.proxies import MALFORMED_PROXY, Proxy
 from app.delivery.egress import EgressProxy
+from tests.support.settings import clean_environment, write_config  # noqa: F401  (a fixture, autouse)
 
 SECRET = "sk_live_Zq9xVERYSECRET0000"
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No XMTP_PUSH_* variable from the outer environment leaks into a test."""
-    for name in list(os.environ):
-        if name.upper().startswith(ENV_PREFIX) or name.upper() in ("HTTPS_PROXY", "NO_PROXY"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-
-
-def write_config(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "xmtp-push.toml"
-    path.write_text(text)
-    monkeypatch.setenv("XMTP_PUSH_CONFIG", str(path))
-    return path
 
 
 def error_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
@@ -58,10 +42,10 @@ def test_defaults_match_the_operations_table() -> None:
     assert settings.apns_ca_file is None
     assert settings.fcm_service_account is None
     assert settings.fcm_endpoint == "https://fcm.googleapis.com"
-    assert settings.http_enabled is False
-    assert settings.http_allowed_domains == ()
-    assert settings.http_allow_private_addresses is False
-    assert settings.http_allow_insecure is False
+    assert settings.webhook_enabled is False
+    assert settings.webhook_allowed_domains == ()
+    assert settings.webhook_allow_private_addresses is False
+    assert settings.webhook_allow_insecure is False
     assert settings.xmtpd_address is None
     assert settings.xmtpd_tls is True
     assert settings.xmtpd_keepalive_timeout_seconds == 90
@@ -73,7 +57,7 @@ def test_no_channel_is_configured_by_default() -> None:
     settings = load_settings()
     assert not settings.apns_configured
     assert not settings.fcm_configured
-    assert not settings.http_enabled
+    assert not settings.webhook_enabled
 
 
 def test_settings_are_frozen() -> None:
@@ -101,9 +85,9 @@ def test_environment_variables_use_the_prefix(monkeypatch: pytest.MonkeyPatch) -
         "XMTP_PUSH_APNS_ENDPOINT": "https://apns.staging.internal",
         "XMTP_PUSH_APNS_CA_FILE": "/etc/ca.pem",
         "XMTP_PUSH_FCM_ENDPOINT": "https://fcm.staging.internal",
-        "XMTP_PUSH_HTTP_ENABLED": "true",
-        "XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES": "1",
-        "XMTP_PUSH_HTTP_ALLOW_INSECURE": "yes",
+        "XMTP_PUSH_WEBHOOK_ENABLED": "true",
+        "XMTP_PUSH_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "1",
+        "XMTP_PUSH_WEBHOOK_ALLOW_INSECURE": "yes",
         "XMTP_PUSH_XMTPD_ADDRESS": "xmtpd.internal:5050",
         "XMTP_PUSH_XMTPD_TLS": "false",
         "XMTP_PUSH_XMTPD_KEEPALIVE_TIMEOUT_SECONDS": "30",
@@ -125,7 +109,11 @@ def test_environment_variables_use_the_prefix(monkeypatch: pytest.MonkeyPatch) -
     assert settings.apns_endpoint == "https://apns.staging.internal"
     assert settings.apns_ca_file == "/etc/ca.pem"
     assert settings.fcm_endpoint == "https://fcm.staging.internal"
-    assert settings.http_enabled and settings.http_allow_private_addresses and settings.http_allow_insecure
+    assert (
+        settings.webhook_enabled
+        and settings.webhook_allow_private_addresses
+        and settings.webhook_allow_insecure
+    )
     assert settings.xmtpd_address == "xmtpd.internal:5050"
     assert settings.xmtpd_tls is False
     assert settings.xmtpd_keepalive_timeout_seconds == 30
@@ -151,18 +139,18 @@ def test_unknown_prefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_allowed_domains_are_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ALLOWED_DOMAINS", " hooks.example.com, *.Example.ORG ,,")
-    assert load_settings().http_allowed_domains == ("hooks.example.com", "*.example.org")
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ALLOWED_DOMAINS", " hooks.example.com, *.Example.ORG ,,")
+    assert load_settings().webhook_allowed_domains == ("hooks.example.com", "*.example.org")
 
 
 def test_single_allowed_domain(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ALLOWED_DOMAINS", "hooks.example.com")
-    assert load_settings().http_allowed_domains == ("hooks.example.com",)
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ALLOWED_DOMAINS", "hooks.example.com")
+    assert load_settings().webhook_allowed_domains == ("hooks.example.com",)
 
 
 def test_empty_allowed_domains_variable_means_any_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ALLOWED_DOMAINS", "")
-    assert load_settings().http_allowed_domains == ()
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ALLOWED_DOMAINS", "")
+    assert load_settings().webhook_allowed_domains == ()
 
 
 def test_empty_redis_url_means_the_in_process_queue(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,7 +222,7 @@ def test_database_url_must_be_an_async_driver(monkeypatch: pytest.MonkeyPatch, u
 
 
 def test_bad_boolean_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "XMTP_PUSH_HTTP_ENABLED" in error_for(monkeypatch, XMTP_PUSH_HTTP_ENABLED="maybe")
+    assert "XMTP_PUSH_WEBHOOK_ENABLED" in error_for(monkeypatch, XMTP_PUSH_WEBHOOK_ENABLED="maybe")
 
 
 # --- error messages ------------------------------------------------------------------------------
@@ -264,7 +252,7 @@ def test_every_bad_setting_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("XMTP_PUSH_MAX_ATTEMPTS", SECRET),
         ("XMTP_PUSH_HTTP_PORT", SECRET),
-        ("XMTP_PUSH_HTTP_ENABLED", SECRET),
+        ("XMTP_PUSH_WEBHOOK_ENABLED", SECRET),
         ("XMTP_PUSH_APNS_ENVIRONMENT", SECRET),
         ("XMTP_PUSH_DATABASE_URL", f"mysql://admin:{SECRET}@db.internal/push"),
         ("XMTP_PUSH_REDIS_URL", f"http://:{SECRET}@redis.internal:6379"),
@@ -291,15 +279,15 @@ def test_settings_error_has_no_chained_validation_error(monkeypatch: pytest.Monk
 def test_config_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_config(
         tmp_path,
-        'max_attempts = 5\nhttp_port = 9000\nhttp_enabled = true\nhttp_allowed_domains = ["*.Example.org"]\n'
+        'max_attempts = 5\nhttp_port = 9000\nwebhook_enabled = true\nwebhook_allowed_domains = ["*.Example.org"]\n'
         'database_url = "postgresql+asyncpg://push@db/push"\n',
         monkeypatch,
     )
     settings = load_settings()
     assert settings.max_attempts == 5
     assert settings.http_port == 9000
-    assert settings.http_enabled is True
-    assert settings.http_allowed_domains == ("*.example.org",)
+    assert settings.webhook_enabled is True
+    assert settings.webhook_allowed_domains == ("*.example.org",)
     assert settings.database_url == "postgresql+asyncpg://push@db/push"
     assert settings.grpc_port == 50051  # untouched settings keep their defaults
 
@@ -307,8 +295,8 @@ def test_config_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_config_file_allowed_domains_may_be_a_comma_separated_string(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_config(tmp_path, 'http_allowed_domains = "a.example.com, *.example.org"\n', monkeypatch)
-    assert load_settings().http_allowed_domains == ("a.example.com", "*.example.org")
+    write_config(tmp_path, 'webhook_allowed_domains = "a.example.com, *.example.org"\n', monkeypatch)
+    assert load_settings().webhook_allowed_domains == ("a.example.com", "*.example.org")
 
 
 def test_environment_wins_over_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -369,12 +357,12 @@ def test_a_malformed_url_is_a_settings_error_without_the_url(
 
 
 def test_a_mistyped_variable_is_warned_about_with_the_nearest_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ENABLD", "true")
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ENABLD", "true")
     monkeypatch.setenv("XMTP_PUSH_NO_SUCH_THING_AT_ALL", "x")
     monkeypatch.setenv("XMTP_PUSH_TEST_SOMETHING", "x")  # the test suite's own variables
     assert unknown_setting_warnings() == [
-        "XMTP_PUSH_HTTP_ENABLD is not a setting and is ignored (did you mean XMTP_PUSH_HTTP_ENABLED?)",
         "XMTP_PUSH_NO_SUCH_THING_AT_ALL is not a setting and is ignored",
+        "XMTP_PUSH_WEBHOOK_ENABLD is not a setting and is ignored (did you mean XMTP_PUSH_WEBHOOK_ENABLED?)",
     ]
 
 
@@ -388,8 +376,9 @@ def test_an_unknown_toml_key_is_warned_about_with_the_nearest_key(
 
 
 def test_known_names_give_no_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_config(tmp_path, "max_attempts = 3\nHTTP_ENABLED = true\n", monkeypatch)  # keys are case-blind too
-    assert load_settings().http_enabled
+    # keys are case-blind too
+    write_config(tmp_path, "max_attempts = 3\nWEBHOOK_ENABLED = true\n", monkeypatch)
+    assert load_settings().webhook_enabled
     monkeypatch.setenv("XMTP_PUSH_HTTP_PORT", "9000")
     monkeypatch.setenv("xmtp_push_grpc_port", "9001")  # names are case-insensitive
     assert unknown_setting_warnings() == []
@@ -468,25 +457,25 @@ def test_empty_fcm_service_account_is_not_configured(monkeypatch: pytest.MonkeyP
     assert not load_settings().fcm_configured
 
 
-def test_http_channel_needs_http_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ALLOWED_DOMAINS", "*.example.org")
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ALLOW_INSECURE", "true")
-    assert load_settings().http_enabled is False
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ENABLED", "true")
-    assert load_settings().http_enabled is True
-    monkeypatch.setenv("XMTP_PUSH_HTTP_ENABLED", "false")
-    assert load_settings().http_enabled is False
+def test_webhook_channel_needs_webhook_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ALLOWED_DOMAINS", "*.example.org")
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ALLOW_INSECURE", "true")
+    assert load_settings().webhook_enabled is False
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ENABLED", "true")
+    assert load_settings().webhook_enabled is True
+    monkeypatch.setenv("XMTP_PUSH_WEBHOOK_ENABLED", "false")
+    assert load_settings().webhook_enabled is False
 
 
 def test_channels_can_come_from_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_config(
         tmp_path,
         'apns_key = "pem"\napns_key_id = "K"\napns_team_id = "T"\napns_bundle_id = "b"\n'
-        'fcm_service_account = \'{"project_id": "p"}\'\nhttp_enabled = true\n',
+        'fcm_service_account = \'{"project_id": "p"}\'\nwebhook_enabled = true\n',
         monkeypatch,
     )
     settings = load_settings()
-    assert settings.apns_configured and settings.fcm_configured and settings.http_enabled
+    assert settings.apns_configured and settings.fcm_configured and settings.webhook_enabled
 
 
 def test_settings_class_accepts_keyword_values() -> None:

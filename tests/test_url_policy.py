@@ -592,9 +592,9 @@ def test_policy_from_settings_copies_the_http_settings() -> None:
     from app.core.config import Settings
 
     settings = Settings(
-        http_allow_insecure=True,
-        http_allowed_domains="*.Example.org, hooks.example.com",  # type: ignore[arg-type]
-        http_allow_private_addresses=True,
+        webhook_allow_insecure=True,
+        webhook_allowed_domains="*.Example.org, hooks.example.com",  # type: ignore[arg-type]
+        webhook_allow_private_addresses=True,
     )
     # This host's own addresses are read at start-up, apart from the settings.
     policy = dataclasses.replace(UrlPolicy.from_settings(settings), own_addresses=frozenset())
@@ -603,5 +603,7 @@ def test_policy_from_settings_copies_the_http_settings() -> None:
         allowed_domains=("*.example.org", "hooks.example.com"),
         allow_private_addresses=True,
     )
-    closed = Settings(http_allow_insecure=False, http_allowed_domains=(), http_allow_private_addresses=False)
+    closed = Settings(
+        webhook_allow_insecure=False, webhook_allowed_domains=(), webhook_allow_private_addresses=False
+    )
     assert dataclasses.replace(UrlPolicy.from_settings(closed), own_addresses=frozenset()) == UrlPolicy()

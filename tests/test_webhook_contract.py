@@ -81,7 +81,7 @@ def test_the_documented_bounds_are_the_codes(contract: str) -> None:
     assert f"{host_guard.FAILURES_TO_OPEN} timeouts or failed connections" in text
     assert f"park it for {host_guard.OPEN_SECONDS:.0f} s" in text
     assert f"up to {host_guard.MAX_OPEN_SECONDS / 60:.0f} minutes; one probe decides" in text
-    assert f"`XMTP_PUSH_HTTP_MAX_PER_HOST` ({webhook.MAX_PER_HOST})" in text
+    assert f"`XMTP_PUSH_WEBHOOK_MAX_PER_HOST` ({webhook.MAX_PER_HOST})" in text
 
 
 @pytest.mark.parametrize("max_attempts", [15, 2])

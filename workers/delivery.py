@@ -309,7 +309,7 @@ class DeliveryWorker:
         if self._busy:
             self._drained.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.runtime.settings.http_timeout_seconds + 5):
+                async with asyncio.timeout(self.runtime.settings.provider_timeout_seconds + 5):
                     await self._drained.wait()
 
 

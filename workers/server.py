@@ -315,7 +315,7 @@ async def serve_marmot(settings: Settings) -> None:
     stop = _stop_on_signals()
     apps = [app for app in default_apps(settings) if app.channel in MARMOT_CHANNELS]
     providers = ProviderRegistry.build(
-        apps, settings.http_timeout_seconds, EgressProxy.for_providers(settings)
+        apps, settings.provider_timeout_seconds, EgressProxy.for_providers(settings)
     )
     try:
         async with open_marmot(settings, providers) as server:

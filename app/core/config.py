@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import tomllib
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -21,6 +31,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from app.core.proxies import parse_proxy_url
+from app.core.renamed_settings import (
+    RENAMED_SETTINGS,
+    OldNamesRead,
+    RenamedSettingConflict,
+    old_variables,
+    renamed_setting_warnings,
+)
 
 ENV_PREFIX = "XMTP_PUSH_"
 # Every request in and every request out is bounded by this (SDKs give up at 30 s).
@@ -34,11 +51,21 @@ MARMOT_MAX_FRAME_BYTES = 256 * 1024
 # The flat settings that, all set, configure a channel's default app (app.delivery.registry.CHANNELS).
 APNS_REQUIRED = ("apns_key", "apns_key_id", "apns_team_id", "apns_bundle_id")
 FCM_REQUIRED = ("fcm_service_account",)
-WEBHOOK_REQUIRED = ("http_enabled",)
+WEBHOOK_REQUIRED = ("webhook_enabled",)
 # The retry settings' defaults, which are a channel's retry policy's too.
 RETRY_BASE_SECONDS = 1.0
 RETRY_WINDOW_SECONDS = 3600.0
 MAX_ATTEMPTS = 15
+
+log = logging.getLogger("app.core.config")
+
+
+def _split_domains(value: Any) -> Any:
+    if isinstance(value, str):
+        return tuple(part.strip().lower() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple):
+        return tuple(str(part).strip().lower() for part in value if str(part).strip())
+    return value
 
 
 class SettingsError(Exception):
@@ -92,13 +119,17 @@ class Settings(BaseSettings):
     fcm_service_account: str | None = None
     fcm_endpoint: str = "https://fcm.googleapis.com"
 
-    http_enabled: bool = False
-    http_allowed_domains: Annotated[tuple[str, ...], NoDecode] = ()
-    http_allow_private_addresses: bool = False
-    http_allow_insecure: bool = False
-    http_timeout_seconds: float = Field(10.0, gt=0, le=MAX_CALL_SECONDS)
+    # Every request to a provider (APNs, FCM, a webhook's receiver) of the flat settings' apps is
+    # bounded by this; the Matrix gateway's apps by MATRIX_REQUEST_TIMEOUT_SECONDS.
+    provider_timeout_seconds: float = Field(10.0, gt=0, le=MAX_CALL_SECONDS)
+
+    webhook_enabled: bool = False
+    # Part of the type, not a validator of the model's: a renamed setting's two values are read alike.
+    webhook_allowed_domains: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_domains)] = ()
+    webhook_allow_private_addresses: bool = False
+    webhook_allow_insecure: bool = False
     # Webhook attempts in flight to one host (host and port) per worker; more wait in the queue.
-    http_max_per_host: int = Field(16, ge=1, le=4096)
+    webhook_max_per_host: int = Field(16, ge=1, le=4096)
 
     # Egress proxies (app.delivery.egress): provider traffic follows the environment's own variables,
     # read here unprefixed; webhooks to receivers go through a proxy only when this names one.
@@ -169,15 +200,6 @@ class Settings(BaseSettings):
     # Printable ASCII, at most APNs' 64 bytes.
     marmot_apns_collapse_id: str | None = Field(None, pattern=r"^[ -~]{1,64}$")
 
-    @field_validator("http_allowed_domains", mode="before")
-    @classmethod
-    def _split_domains(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(part.strip().lower() for part in value.split(",") if part.strip())
-        if isinstance(value, list | tuple):
-            return tuple(str(part).strip().lower() for part in value if str(part).strip())
-        return value
-
     @field_validator("marmot_relays", mode="before")
     @classmethod
     def _split_relays(cls, value: Any) -> Any:
@@ -240,10 +262,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        variables = partial(old_variables, ENV_PREFIX, os.environ)
+        sources = [OldNamesRead(init_settings, str), OldNamesRead(env_settings, _variable, variables)]
         config_file = os.environ.get(f"{ENV_PREFIX}CONFIG")
         if config_file:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+            toml = TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file))
+            sources.append(OldNamesRead(toml, _file_key))
         return tuple(sources)
 
     def all_set(self, names: tuple[str, ...]) -> bool:
@@ -290,10 +314,14 @@ def load_settings(**overrides: Any) -> Settings:
     config_file = os.environ.get(f"{ENV_PREFIX}CONFIG")
     if config_file and not Path(config_file).is_file():
         raise SettingsError(f"{ENV_PREFIX}CONFIG: file not found")
+    for warning in renamed_setting_warnings(ENV_PREFIX, _environment(), _file_keys()):
+        log.warning("%s", warning)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
+    except RenamedSettingConflict as exc:
+        raise SettingsError(str(exc)) from None
     except tomllib.TOMLDecodeError:
         raise SettingsError(f"{ENV_PREFIX}CONFIG: not a valid TOML file") from None
 
@@ -308,15 +336,29 @@ def _describe(exc: ValidationError) -> str:
 
 
 def _source_name(field: str) -> str:
-    """Where a bad value came from: the environment variable (which wins) or the TOML file's key."""
-    variable = UNPREFIXED_SETTINGS.get(field, ENV_PREFIX + field.upper())
-    if variable not in _environment() and field in {key.lower() for key in _toml_keys()}:
-        return f"{field} (in the {ENV_PREFIX}CONFIG file)"
-    return variable
+    """Where a bad value came from: the environment variable (which wins) or the TOML file's key,
+    under the name it was given (a renamed setting's old one included)."""
+    names = [field, *(old for old, new in RENAMED_SETTINGS.items() if new == field)]
+    environment, file_keys = _environment(), _file_keys()
+    variables = [_variable(name) for name in names if _variable(name) in environment]
+    keys = [_file_key(name) for name in names if name in file_keys]
+    return (variables or keys or [_variable(field)])[0]
+
+
+def _variable(field: str) -> str:
+    return UNPREFIXED_SETTINGS.get(field, ENV_PREFIX + field.upper())
+
+
+def _file_key(field: str) -> str:
+    return f"{field} (in the {ENV_PREFIX}CONFIG file)"
 
 
 def _environment() -> set[str]:
     return {name.upper() for name in os.environ}
+
+
+def _file_keys() -> set[str]:
+    return {key.lower() for key in _toml_keys()}
 
 
 def _toml_keys() -> set[str]:
@@ -340,21 +382,23 @@ def unknown_setting_warnings() -> list[str]:
     """A warning for each XMTP_PUSH_ variable and each TOML key that is no setting, with the nearest
     setting's name: a mistyped name would otherwise be ignored in silence."""
     fields = sorted(set(Settings.model_fields) - set(UNPREFIXED_SETTINGS))
-    variables = {ENV_PREFIX + field.upper() for field in fields}
+    names = [*fields, *RENAMED_SETTINGS]  # an old name is read, and warned about as such
+    variables = {ENV_PREFIX + name.upper() for name in names}
     warnings = []
     for name in sorted(_environment()):
         known = name in variables or name in _NOT_SETTINGS or name.startswith(_TEST_VARIABLES)
         if name.startswith(ENV_PREFIX) and not known:
-            nearest = _nearest(name.removeprefix(ENV_PREFIX).lower(), fields)
+            nearest = _nearest(name.removeprefix(ENV_PREFIX).lower(), names)
             hint = f" (did you mean {ENV_PREFIX}{nearest.upper()}?)" if nearest else ""
             warnings.append(f"{name} is not a setting and is ignored{hint}")
-    for key in sorted(key for key in _toml_keys() if key.lower() not in fields):  # as case-blind as pydantic
-        nearest = _nearest(key.lower(), fields)
+    for key in sorted(key for key in _toml_keys() if key.lower() not in names):  # as case-blind as pydantic
+        nearest = _nearest(key.lower(), names)
         hint = f" (did you mean {nearest}?)" if nearest else ""
         warnings.append(f"{key} (in the {ENV_PREFIX}CONFIG file) is not a setting and is ignored{hint}")
     return warnings
 
 
 def _nearest(name: str, known: list[str]) -> str | None:
+    """The known name nearest to `name`; near an old name, that setting's new name."""
     matches = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-    return matches[0] if matches else None
+    return RENAMED_SETTINGS.get(matches[0], matches[0]) if matches else None

@@ -4,7 +4,7 @@ built once at start-up and held by the process.
 A channel is one provider module and one line in CHANNELS: its descriptor, from which the registry,
 `config check`, /status, the workers and the recipients' rules read
 what they need of it (its credentials type joins `ChannelCredentials` too). An app is
-one set of credentials for it. The flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* / XMTP_PUSH_HTTP_*
+one set of credentials for it. The flat XMTP_PUSH_APNS_* / XMTP_PUSH_FCM_* / XMTP_PUSH_WEBHOOK_*
 settings are the default app; a source with apps of its own (a Matrix gateway's config file) adds
 its `ChannelApp`s.
 """
@@ -40,11 +40,11 @@ C = TypeVar("C")
 
 
 def webhook_config(settings: Settings) -> WebhookConfig | None:
-    """The default app's webhook configuration, from the flat XMTP_PUSH_HTTP_* settings."""
+    """The default app's webhook configuration, from the flat XMTP_PUSH_WEBHOOK_* settings."""
     if not settings.all_set(WEBHOOK_REQUIRED):
         return None
     proxy = EgressProxy.for_webhooks(settings)
-    return WebhookConfig(UrlPolicy.from_settings(settings), settings.http_max_per_host, proxy)
+    return WebhookConfig(UrlPolicy.from_settings(settings), settings.webhook_max_per_host, proxy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class DefaultApp(Generic[C]):
 
     @property
     def configured_by(self) -> str:
-        """What the operator sets to configure it, for messages: "XMTP_PUSH_HTTP_ENABLED=true"."""
+        """What the operator sets to configure it, for messages: "XMTP_PUSH_WEBHOOK_ENABLED=true"."""
         names = [f"{ENV_PREFIX}{name.upper()}{_value_to_set(name)}" for name in self.required]
         return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
@@ -106,12 +106,11 @@ def describe(
 APNS_SETTINGS = (*APNS_REQUIRED, "apns_environment", "apns_endpoint", "apns_ca_file")
 WEBHOOK_SETTINGS = (
     *WEBHOOK_REQUIRED,
-    "http_allowed_domains",
-    "http_allow_private_addresses",
-    "http_allow_insecure",
-    "http_timeout_seconds",
+    "webhook_allowed_domains",
+    "webhook_allow_private_addresses",
+    "webhook_allow_insecure",
     "webhook_proxy",
-    "http_max_per_host",
+    "webhook_max_per_host",
 )
 
 CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {

@@ -71,9 +71,9 @@ class UrlPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> UrlPolicy:
         return cls(
-            allow_insecure=settings.http_allow_insecure,
-            allowed_domains=settings.http_allowed_domains,
-            allow_private_addresses=settings.http_allow_private_addresses,
+            allow_insecure=settings.webhook_allow_insecure,
+            allowed_domains=settings.webhook_allowed_domains,
+            allow_private_addresses=settings.webhook_allow_private_addresses,
             own_addresses=local_addresses(),
         )
 

@@ -79,9 +79,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "apns_team_id": "TEAMID1234",
         "apns_bundle_id": "org.example.app",
         "fcm_service_account": keys.service_account(),
-        "http_enabled": True,
-        "http_allow_insecure": True,
-        "http_allow_private_addresses": True,
+        "webhook_enabled": True,
+        "webhook_allow_insecure": True,
+        "webhook_allow_private_addresses": True,
     }
     values.update(overrides)
     return Settings(**values)

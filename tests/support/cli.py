@@ -101,8 +101,8 @@ def dev_env(tmp_path: Path, http_port: int, grpc_port: int, **extra: str) -> dic
         "XMTP_PUSH_HTTP_PORT": str(http_port),
         "XMTP_PUSH_GRPC_HOST": "127.0.0.1",
         "XMTP_PUSH_GRPC_PORT": str(grpc_port),
-        "XMTP_PUSH_HTTP_ENABLED": "true",
-        "XMTP_PUSH_HTTP_ALLOW_INSECURE": "true",
-        "XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES": "true",
+        "XMTP_PUSH_WEBHOOK_ENABLED": "true",
+        "XMTP_PUSH_WEBHOOK_ALLOW_INSECURE": "true",
+        "XMTP_PUSH_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
     }
     return clean_env(**{**settings, **extra})

@@ -122,7 +122,7 @@ async def gateway_process(config: str, env: dict[str, str]) -> AsyncIterator[Gat
     settings = {
         "XMTP_PUSH_MATRIX_APPS": config,
         "XMTP_PUSH_HTTP_PORT": str(port),
-        "XMTP_PUSH_HTTP_ALLOW_PRIVATE_ADDRESSES": "true",
+        "XMTP_PUSH_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
     }
     async with child("gateway", ["gateway"], env | settings) as process:
         await process.line(SERVING)

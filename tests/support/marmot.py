@@ -201,7 +201,7 @@ async def serving(settings: Settings, redis: Any = None) -> AsyncIterator[Marmot
     """The server as `xmtp-push marmot` assembles it (its own APNs and FCM providers), subscribed;
     sharing its wraps through the Redis client `redis` (a cluster's, say) when one is given."""
     apps = [app for app in default_apps(settings) if app.channel in MARMOT_CHANNELS]
-    providers = ProviderRegistry.build(apps, settings.http_timeout_seconds)
+    providers = ProviderRegistry.build(apps, settings.provider_timeout_seconds)
     stop = asyncio.Event()
     try:
         async with _server(settings, providers, redis) as server:

@@ -75,9 +75,9 @@ def channel_env(
     """Settings for a child process: loopback webhooks, and APNs and FCM when their endpoints are given."""
     settings = {
         "database_url": database_url,
-        "http_enabled": "true",
-        "http_allow_insecure": "true",
-        "http_allow_private_addresses": "true",
+        "webhook_enabled": "true",
+        "webhook_allow_insecure": "true",
+        "webhook_allow_private_addresses": "true",
     }
     if apns_endpoint:
         settings |= {

@@ -56,7 +56,9 @@ RANGE_OUTCOMES: tuple[tuple[range, Outcome], ...] = (
 # host answering within the bound, whatever it answers, is reachable).
 UNREACHABLE = Outcome(OutcomeKind.FAILED, reason="no answer (the connection failed)")
 REFUSED = Outcome(OutcomeKind.FAILED, reason="connection refused")
-TIMED_OUT = Outcome(OutcomeKind.FAILED, reason="timed out: no answer within XMTP_PUSH_HTTP_TIMEOUT_SECONDS")
+TIMED_OUT = Outcome(
+    OutcomeKind.FAILED, reason="timed out: no answer within XMTP_PUSH_PROVIDER_TIMEOUT_SECONDS"
+)
 CLOSED = Outcome(OutcomeKind.FAILED, reason="the receiver closed the connection without answering")
 TLS_FAILED = Outcome(OutcomeKind.FAILED, reason="the TLS handshake failed (is its certificate trusted?)")
 MAX_PER_HOST = 16
