@@ -144,19 +144,19 @@ def test_a_mistyped_old_name_is_pointed_to_the_new_one(monkeypatch: pytest.Monke
     ]
 
 
-def config_check(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+def xmtp_push(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     database = asyncio.run(create_sqlite_database(tmp_path))
     env = child_env(database_url=database, **settings)
-    return subprocess.run(
-        [*command(), "config", "check"], env=env, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([*command(), *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.slow
-def test_config_check_takes_an_old_name_with_one_warning_line(tmp_path: Path) -> None:
-    result = config_check(tmp_path, http_enabled="true", http_allowed_domains="hooks.example.com")
+@pytest.mark.parametrize("args", [("config", "check"), ("migrate",)])
+def test_a_command_takes_an_old_name_with_one_warning_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    result = xmtp_push(tmp_path, *args, http_enabled="true", http_allowed_domains="hooks.example.com")
     assert result.returncode == 0, result
-    assert result.stdout.splitlines()[-1] == "configuration is usable"  # webhooks configured
+    if args == ("config", "check"):
+        assert result.stdout.splitlines()[-1] == "configuration is usable"  # webhooks configured
     warnings = [json.loads(line) for line in result.stderr.splitlines() if "deprecated" in line]
     assert [(w["level"], w["event"].split(" is ")[0]) for w in warnings] == [
         ("warning", "XMTP_PUSH_HTTP_ENABLED"),
@@ -167,7 +167,7 @@ def test_config_check_takes_an_old_name_with_one_warning_line(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_config_check_refuses_both_names_with_different_values(tmp_path: Path) -> None:
-    result = config_check(tmp_path, http_enabled="true", webhook_enabled="false")
+    result = xmtp_push(tmp_path, "config", "check", http_enabled="true", webhook_enabled="false")
     assert result.returncode == 2, result
     assert (
         "xmtp-push: XMTP_PUSH_HTTP_ENABLED and XMTP_PUSH_WEBHOOK_ENABLED are the old and the new name of one "
