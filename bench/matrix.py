@@ -22,7 +22,7 @@ import aiohttp
 from aioapns.common import NotificationRequest, PushType
 from redis.asyncio import Redis
 
-from app.matrix.apns import ApnsOptions, render_push
+from app.matrix.apns_app import ApnsOptions, render_push
 from app.matrix.duplicates import ProcessMemory, delivery_key
 from app.matrix.notification import parse_notification
 from bench import _support as support

@@ -21,8 +21,8 @@ from app.recipients.targets import RecipientTargets
 from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import envelope, group_topic, running_pipeline, wait_until
-from workers.delivery import DeliveryWorker
-from workers.fanout import run_fanout
+from workers.delivery_worker import DeliveryWorker
+from workers.fanout_worker import run_fanout
 
 # Every test here runs the product end to end: a second or more each.
 pytestmark = pytest.mark.slow

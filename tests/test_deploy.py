@@ -29,7 +29,7 @@ from tests.support.marmot import running_relay
 from tests.support.ops import child_env, free_port, run_child
 from tests.support.process import START_SECONDS, Child, child
 from workers.cli import COMMANDS
-from workers.marmot import STOP_GRACE_SECONDS
+from workers.marmot_server import STOP_GRACE_SECONDS
 from workers.server import GRACE_SECONDS
 
 # The dedicated test Redis DB, flushed around each test that uses it.
@@ -47,7 +47,7 @@ PROVIDER_TIMEOUT_MAX = next(
     m.le for m in deploy.Settings.model_fields["provider_timeout_seconds"].metadata if hasattr(m, "le")
 )
 # How long each command may take after SIGTERM to finish what it holds (workers/server.py,
-# workers/delivery.py's drain, workers/marmot.py), before a preStop pause.
+# workers/delivery_worker.py's drain, workers/marmot_server.py), before a preStop pause.
 DRAIN_SECONDS = {
     "api": 2 * GRACE_SECONDS,  # HTTP, then gRPC
     "gateway": GRACE_SECONDS,

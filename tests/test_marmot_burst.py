@@ -185,7 +185,7 @@ async def test_what_the_grace_leaves_is_dropped(
 ) -> None:
     apns, _ = fakes
     apns.script(HELD, ApnsReply(200, held=True))  # never released
-    monkeypatch.setattr("workers.marmot.STOP_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr("workers.marmot_server.STOP_GRACE_SECONDS", 0.5)
     waiting = pending()
     async with running_relay(rate_limit=RAISED_RATE_LIMIT) as relay:
         settings = marmot_settings(fakes, key, relay.url, marmot_max_concurrent=1)

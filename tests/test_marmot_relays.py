@@ -31,7 +31,7 @@ from app.marmot.relay_session import (
 )
 from tests.support import eventually
 from tests.support.marmot import Relay, SilentProxy, event_dict, gift_wrap, running_relay
-from workers.marmot import MarmotServer
+from workers.marmot_server import MarmotServer
 
 
 class Recorder:

@@ -237,7 +237,7 @@ async def test_without_redis_a_server_works_alone_and_says_so(
 ) -> None:
     apns, _ = fakes
     accepted = triggers("accepted")
-    caplog.set_level(logging.INFO, logger="workers.marmot")
+    caplog.set_level(logging.INFO, logger="workers.marmot_server")
     async with running_relay() as relay, serving(marmot_settings(fakes, key, relay.url)):
         await relay.publish(
             gift_wrap(key.public_hex, b64(encrypt_token(key.public_x, Platform.APNS, "ab" * 32)))

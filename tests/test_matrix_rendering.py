@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from app.matrix.apns import alert_for, payload_for
+from app.matrix.apns_app import alert_for, payload_for
 from app.matrix.duplicates import ProcessMemory, delivery_key
-from app.matrix.gcm import data_for
+from app.matrix.gcm_app import data_for
 from app.matrix.notification import Device, Notification
 from app.matrix.truncation import BodyTooLong, shortened_body
 

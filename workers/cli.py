@@ -78,7 +78,7 @@ def _marmot_send_test(args: argparse.Namespace) -> int:
     from app.marmot.keys import NPUB, InvalidServerKey, bech32_encode, parse_public_key
     from app.marmot.relay_session import relay_host
     from app.marmot.tokens import Platform, TokenError
-    from workers.marmot import CONNECTION_ERRORS, PUBLISH_SECONDS, publish
+    from workers.marmot_server import CONNECTION_ERRORS, PUBLISH_SECONDS, publish
 
     relay = urlsplit(args.relay)
     if relay.scheme not in ("ws", "wss") or not relay.hostname:

@@ -18,8 +18,8 @@ from app.queue.ownership import PartitionOwnership
 from app.recipients.targets import RecipientTargets
 from app.recipients.types import DELIVERY_CHANNELS
 from app.runtime import STREAMS, Runtime
-from workers.delivery import DeliveryWorker
-from workers.fanout import run_fanout
+from workers.delivery_worker import DeliveryWorker
+from workers.fanout_worker import run_fanout
 from workers.outage import Outage
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from app.ops.failures import DATABASE_READ_URL, classify_replica
 from app.runtime import Runtime, load_matrix_apps, open_gateway_alone, open_runtime
 from workers.http_protocol import header_bound_protocol
 from workers.listener import new_listener, run_listener
-from workers.marmot import open_marmot
+from workers.marmot_server import open_marmot
 from workers.runner import run_workers
 from workers.sweeper import run_sweeper
 

@@ -1,7 +1,7 @@
 """One connection to one relay, without the socket: what to send on connect and how to answer each
 message the relay sends (NIP-01 messages, NIP-42 AUTH, the kind 10050 inbox list of NIP-17).
 
-The worker (workers/marmot.py) owns the websocket and feeds every text frame to `RelaySession.receive`;
+The worker (workers/marmot_server.py) owns the websocket and feeds every text frame to `RelaySession.receive`;
 the session answers what to send back, a gift wrap to handle or one that arrived as stored backlog,
 and whether the connection is subscribed or should be given up and reopened.
 """

@@ -20,7 +20,7 @@ import yaml
 from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.proxies import parse_proxy_url
 from app.delivery.url_policy import UrlPolicy
-from app.matrix import apns, gcm, webpush
+from app.matrix import apns_app, gcm_app, webpush_app
 from app.matrix.apps import DEFAULT_INFLIGHT_REQUEST_LIMIT, AppTable, AppType, AppValues, MatrixApp
 
 SETTING = f"{ENV_PREFIX}MATRIX_APPS"
@@ -28,9 +28,9 @@ MAX_APP_ID_LENGTH = 64
 # App types by the name a config's `type:` gives them. A new type plugs in here:
 # one module with its AppType (keys, and how its app is made and renders a push), one line.
 APP_TYPES: dict[str, AppType] = {
-    "apns": apns.APP_TYPE,
-    "gcm": gcm.APP_TYPE,
-    "webpush": webpush.APP_TYPE,
+    "apns": apns_app.APP_TYPE,
+    "gcm": gcm_app.APP_TYPE,
+    "webpush": webpush_app.APP_TYPE,
 }
 COMMON_KEYS = frozenset({"type", "inflight_request_limit"})
 READ_SECTIONS = frozenset({"apps", "proxy", "http"})

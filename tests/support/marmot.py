@@ -32,7 +32,7 @@ from tests.support import eventually, make_settings
 from tests.support.fakes import fakes  # noqa: F401  (a fixture the Marmot tests import from here)
 from tests.support.proxy import TcpProxy
 from tests.support.redis_cluster import ClusterUnderTest
-from workers.marmot import MarmotServer, open_marmot, shared_server
+from workers.marmot_server import MarmotServer, open_marmot, shared_server
 from workers.server import MARMOT_CHANNELS
 
 MARMOT_TAGS = (("v", "marmot-push-v1"),)

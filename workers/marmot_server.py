@@ -34,7 +34,7 @@ from app.marmot.triggers import Limits, SharedTriggerHandler, TriggerHandler, Tr
 from app.marmot.wrap_queue import QueueSettings, WrapQueue
 from app.queue.redis_link import TRANSIENT, RedisLink
 
-log = logging.getLogger("workers.marmot")
+log = logging.getLogger("workers.marmot_server")
 
 # The opening handshake (TCP, TLS, HTTP upgrade) is given up after this.
 HANDSHAKE_SECONDS = 15.0

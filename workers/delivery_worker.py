@@ -166,7 +166,7 @@ class DeliveryWorker:
             self._route(entry, job, targets.get(job.recipient_id))
 
     def _route(self, entry: Entry, job: DeliveryJob, target: Target | None) -> None:
-        # Each hint's job was made once, by the one fan-out of its envelope (see workers/fanout.py).
+        # Each hint's job was made once, by the one fan-out of its envelope (see workers/fanout_worker.py).
         if target is None:  # unregistered since
             self._done(entry).ack.append(entry.id)
             return
