@@ -212,6 +212,24 @@ def test_the_policy_from_settings_knows_this_hosts_interface_addresses() -> None
     assert all(ip(a) for a in policy.own_addresses)  # plain addresses, no zone
 
 
+async def test_this_hosts_addresses_are_read_again_while_the_process_runs() -> None:
+    """An address this host gains after start-up (a new interface, a floating IP) is refused as a
+    webhook target once the addresses are read again, within a minute; the literal's cached check
+    does not keep the old answer."""
+    now = [0.0]
+    readings = iter([frozenset({"127.0.0.1"}), frozenset({"127.0.0.1", "8.8.4.4"})])
+    host = url_policy.HostAddresses(read=lambda: next(readings), clock=lambda: now[0])
+    policy = UrlPolicy(host=host)
+    assert (await check_webhook_url("https://8.8.4.4/h", policy)).addresses == ("8.8.4.4",)
+    now[0] = 60.0
+    with pytest.raises(UrlNotAllowed):
+        await check_webhook_url("https://8.8.4.4/h", policy)
+    assert url_policy.THIS_HOST.max_age <= 60
+    from app.core.config import Settings
+
+    assert UrlPolicy.from_settings(Settings()).host is url_policy.THIS_HOST
+
+
 # --- host_allowed --------------------------------------------------------------------------------
 
 

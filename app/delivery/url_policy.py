@@ -15,7 +15,8 @@ import asyncio
 import functools
 import ipaddress
 import socket
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -24,6 +25,9 @@ import psutil
 from app.core.config import Settings
 
 DNS_TIMEOUT_SECONDS = 5.0
+# This host's interface addresses are read again after this: an address added while the process
+# runs (a new interface, a floating IP) is refused as a webhook target within it.
+OWN_ADDRESSES_SECONDS = 30.0
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -65,8 +69,10 @@ class UrlPolicy:
     allow_insecure: bool = False
     allowed_domains: tuple[str, ...] = ()
     allow_private_addresses: bool = False
-    # This host's own addresses, refused like private ones (even when public).
+    # This host's own addresses, refused like private ones (even when public): those read at
+    # start-up, or `host`'s current ones when it is given.
     own_addresses: frozenset[str] = frozenset()
+    host: HostAddresses | None = field(default=None, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UrlPolicy:
@@ -74,8 +80,12 @@ class UrlPolicy:
             allow_insecure=settings.webhook_allow_insecure,
             allowed_domains=settings.webhook_allowed_domains,
             allow_private_addresses=settings.webhook_allow_private_addresses,
-            own_addresses=local_addresses(),
+            own_addresses=THIS_HOST.current(),
+            host=THIS_HOST,
         )
+
+    def current_own_addresses(self) -> frozenset[str]:
+        return self.host.current() if self.host is not None else self.own_addresses
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +168,39 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]
 
 def local_addresses() -> frozenset[str]:
     """This host's own interface addresses (a webhook aimed at one reaches our own services),
-    with any IPv6 zone dropped. Read once at start-up."""
+    with any IPv6 zone dropped."""
     addresses = set()
     for entries in psutil.net_if_addrs().values():
         for entry in entries:
             if entry.family in (socket.AF_INET, socket.AF_INET6):
                 addresses.add(str(ipaddress.ip_address(entry.address.split("%", 1)[0])))
     return frozenset(addresses)
+
+
+class HostAddresses:
+    """This host's interface addresses, read again when `max_age` has passed since the last reading
+    (interfaces change while a process runs: a VPN, a floating IP, a container network)."""
+
+    def __init__(
+        self,
+        read: Callable[[], frozenset[str]] = local_addresses,
+        max_age: float = OWN_ADDRESSES_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_age = max_age
+        self._read = read
+        self._clock = clock
+        self._addresses: frozenset[str] = frozenset()
+        self._read_at: float | None = None
+
+    def current(self) -> frozenset[str]:
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= self.max_age:
+            self._addresses, self._read_at = self._read(), now
+        return self._addresses
+
+
+THIS_HOST = HostAddresses()
 
 
 # The checks below run before every delivery attempt. The pure parts (URL syntax
@@ -237,6 +273,7 @@ async def check_webhook_url(
     resolution is shared with the overlapping checks of the same host."""
     checked = _checked_literal(url, policy)
     if checked is not None:
+        _refuse_blocked(checked.addresses, policy)  # not cached: this host's addresses change
         return checked
     target = _parse_cached(url, policy)
     resolve = lookups.resolve if lookups is not None else resolve_host
@@ -249,20 +286,20 @@ async def check_webhook_url(
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def _checked_literal(url: str, policy: UrlPolicy) -> CheckedWebhook | None:
-    """The whole check of a URL whose host is an IP literal, which needs no lookup and so is the
+    """The syntax check of a URL whose host is an IP literal, which needs no lookup and so is the
     same every time; None for a host name. A refused URL raises and is not cached."""
     target = _parse_cached(url, policy)
     literal = _ip_literal(target.host)
     if literal is None:
         return None
-    _refuse_blocked((literal,), policy)
     return CheckedWebhook(target=target, addresses=(literal,))
 
 
 def _refuse_blocked(addresses: tuple[str, ...], policy: UrlPolicy) -> None:
     if policy.allow_private_addresses:
         return
-    if any(_address_blocked(a) or _reaches(a, policy.own_addresses) for a in addresses):
+    own = policy.current_own_addresses()
+    if any(_address_blocked(a) or _reaches(a, own) for a in addresses):
         raise UrlNotAllowed
 
 
