@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.config import Settings, SettingsError
+from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.migrations import alembic_config
 from app.delivery.registry import CHANNELS, FLAT_CHANNELS, DefaultApp, ways_to_configure
 from app.delivery.url_policy import UrlPolicy
@@ -34,6 +34,7 @@ from app.ops.failures import (
     classify,
     classify_replica,
 )
+from app.ops.roles import REQUIRED, XMTP_ROLES
 from app.runtime import Runtime, open_runtime
 
 CHECK_SECONDS = 10.0
@@ -46,14 +47,6 @@ class Check:
     ok: bool
     detail: str  # never a secret, URL or token
     exit_code: int = 0  # a failed check's code (app/ops/failures.py)
-
-
-def channel_checks(settings: Settings) -> list[Check]:
-    checks = [_default_app_check(f"channel {c}", default, settings) for c, default in FLAT_CHANNELS.items()]
-    if settings.matrix_apps:
-        checks.append(matrix_check(settings.matrix_apps, settings))
-    checks.append(marmot_check(settings))
-    return checks
 
 
 def _default_app_check(name: str, default: DefaultApp[Any], settings: Settings) -> Check:
@@ -180,9 +173,13 @@ async def dependency_checks(runtime: Runtime, *, replica: bool = False) -> list[
             await _bounded("replica", _replica(runtime, runtime.replica), silent_replica, classify_replica)
         )
     if runtime.settings.redis_url:
-        redis = Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis gave {silent}")
-        checks.append(await _bounded("redis", _redis(runtime.settings.redis_url), redis))
+        checks.append(await _redis_check(runtime.settings.redis_url))
     return checks
+
+
+async def _redis_check(url: str) -> Check:
+    silent = Failure(REDIS_UNREACHABLE, f"{REDIS_URL}: Redis gave no answer within {CHECK_SECONDS:.0f} s")
+    return await _bounded("redis", _redis(url), silent)
 
 
 async def check_dependencies_at_start(runtime: Runtime) -> None:
@@ -197,8 +194,48 @@ async def check_dependencies_at_start(runtime: Runtime) -> None:
         log.info("start-up check: %s", "; ".join(answering))
 
 
-async def run_checks(settings: Settings) -> list[Check]:
-    checks = channel_checks(settings)
-    async with open_runtime(settings, sends=False) as runtime:
-        checks += await dependency_checks(runtime, replica=True)
+def present_roles(settings: Settings) -> tuple[str, ...]:
+    """The roles whose settings are present, checked when no `--role` is given: the gateway's and
+    Marmot's by their own settings; the XMTP ones unless the settings are only those (a gateway or
+    Marmot deployment sets no XMTP_PUSH_DATABASE_URL): `dev` without Redis, `api` and `worker`
+    with it, and `listen` with an xmtpd node."""
+    roles = [role for role in ("gateway", "marmot") if settings.all_set(REQUIRED[role])]
+    if not roles or "database_url" in settings.model_fields_set:
+        xmtp = ("api", "worker") if settings.redis_url else ("dev",)
+        roles[:0] = xmtp + (("listen",) if settings.xmtpd_address else ())
+    return tuple(roles)
+
+
+def _required_checks(settings: Settings, roles: tuple[str, ...]) -> list[Check]:
+    checks = []
+    for role in roles:
+        for name in REQUIRED.get(role, ()):
+            if not settings.all_set((name,)):
+                detail = f"{ENV_PREFIX}{name.upper()}: required by `{role}`"
+                checks.append(Check(role, False, detail, INVALID_CONFIGURATION))
+    return checks
+
+
+def _setting_checks(settings: Settings, roles: tuple[str, ...]) -> list[Check]:
+    """The settings and credentials the roles use: every channel for an XMTP role, Marmot's for
+    `marmot`, the Matrix apps for the gateway (and for `dev` and `api`, which serve it when set)."""
+    xmtp = any(role in XMTP_ROLES for role in roles)
+    channels = FLAT_CHANNELS if xmtp else {c: FLAT_CHANNELS[c] for c in MARMOT_CHANNELS if "marmot" in roles}
+    checks = [_default_app_check(f"channel {c}", default, settings) for c, default in channels.items()]
+    if settings.matrix_apps and {"dev", "api", "gateway"} & set(roles):
+        checks.append(matrix_check(settings.matrix_apps, settings))
+    if {"dev", "marmot"} & set(roles):
+        checks.append(marmot_check(settings))
+    return checks
+
+
+async def run_checks(settings: Settings, roles: tuple[str, ...] = ()) -> list[Check]:
+    """What `roles` need (the present ones when none is named), and nothing else."""
+    roles = roles or present_roles(settings)
+    checks = _required_checks(settings, roles) + _setting_checks(settings, roles)
+    if any(role in XMTP_ROLES for role in roles):
+        async with open_runtime(settings, sends=False) as runtime:
+            checks += await dependency_checks(runtime, replica=True)
+    elif settings.redis_url:
+        checks.append(await _redis_check(settings.redis_url))
     return checks

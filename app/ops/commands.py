@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from app.core.config import Settings
+from app.ops.roles import ROLES, XMTP_ROLES
 
 if TYPE_CHECKING:
     from app.ops.stats import Stats
@@ -48,7 +49,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
     config_commands = add(commands, "config").add_subparsers(
         dest="config_command", required=True, metavar="COMMAND"
     )
-    add(config_commands, "check")
+    add(config_commands, "check").add_argument(
+        "--role",
+        choices=ROLES,
+        help="check what this command needs and nothing else (default: the roles whose settings are present)",
+    )
     health = add(commands, "healthcheck")
     health.add_argument(
         "--pid",
@@ -151,12 +156,14 @@ def run_healthcheck(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
-    from app.ops.checks import channel_warnings, run_checks
+    from app.ops.checks import channel_warnings, present_roles, run_checks
 
-    checks = asyncio.run(run_checks(settings))
+    roles = (args.role,) if args.role else present_roles(settings)
+    print(f"checking for: {', '.join(roles)}")
+    checks = asyncio.run(run_checks(settings, roles))
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
-    warnings = channel_warnings(settings)
+    warnings = channel_warnings(settings) if set(roles) & set(XMTP_ROLES) else []
     for warning in warnings:
         print(f"warn {warning.name:<14} {warning.detail}")
     failed = [check for check in checks if not check.ok]
