@@ -317,8 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         marmot_serving = args.command == "marmot" and not (args.show_pubkey or args.marmot_command)
         serving = args.command in SERVING or marmot_serving
         if serving or args.command == "send-test":
-            from app.delivery.registry import default_apps
+            from app.delivery.registry import default_apps, refuse_half_set_channels
 
+            refuse_half_set_channels(settings)  # so does a channel half set
             default_apps(settings)  # a configured channel's unusable credential stops start-up
         if args.command in MATRIX_SERVING and settings.matrix_apps:
             from app.delivery.url_policy import UrlPolicy

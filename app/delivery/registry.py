@@ -18,7 +18,14 @@ from typing import Any, Concatenate, Generic, NamedTuple, TypeVar
 
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
-from app.core.config import APNS_REQUIRED, ENV_PREFIX, FCM_REQUIRED, WEBHOOK_REQUIRED, Settings
+from app.core.config import (
+    APNS_REQUIRED,
+    ENV_PREFIX,
+    FCM_REQUIRED,
+    WEBHOOK_REQUIRED,
+    Settings,
+    SettingsError,
+)
 from app.delivery.credentials import ApnsCredentials, FcmCredentials, apns_credentials, fcm_credentials
 from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.provider import Provider
@@ -60,11 +67,31 @@ class DefaultApp(Generic[C]):
         """Its settings are present (unusable credentials are refused when loaded, at start-up)."""
         return settings.all_set(self.required)
 
+    def missing(self, settings: Settings) -> tuple[str, ...]:
+        """The required settings left unset while others are set (the channel half set); ()
+        when all or none are."""
+        unset = tuple(name for name in self.required if not settings.all_set((name,)))
+        return unset if len(unset) < len(self.required) else ()
+
+    def refuse_half_set(self, settings: Settings) -> None:
+        """SettingsError naming the settings missing when the channel is half set."""
+        if missing := self.missing(settings):
+            given = [name for name in self.required if name not in missing]
+            verb = "is" if len(given) == 1 else "are"
+            raise SettingsError(
+                f"{_env_names(missing)}: not set, while {_env_names(given)} {verb}: set all of "
+                f"{_env_names(self.required)}, or none"
+            )
+
     @property
     def configured_by(self) -> str:
         """What the operator sets to configure it, for messages: "XMTP_PUSH_WEBHOOK_ENABLED=true"."""
         names = [f"{ENV_PREFIX}{name.upper()}{_value_to_set(name)}" for name in self.required]
         return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+
+
+def _env_names(names: Iterable[str]) -> str:
+    return ", ".join(f"{ENV_PREFIX}{name.upper()}" for name in names)
 
 
 def _value_to_set(name: str) -> str:
@@ -211,6 +238,13 @@ def default_apps(settings: Settings) -> list[ChannelApp]:
     configured credential is unusable."""
     configured = ((channel, default.load(settings)) for channel, default in FLAT_CHANNELS.items())
     return [ChannelApp(channel, DEFAULT_APP, c) for channel, c in configured if c is not None]
+
+
+def refuse_half_set_channels(settings: Settings) -> None:
+    """At start-up and in `config check`: a channel with some of its settings set but not all is a
+    mistake, not "not configured" (SettingsError naming what is missing)."""
+    for default in FLAT_CHANNELS.values():
+        default.refuse_half_set(settings)
 
 
 def ways_to_configure(channels: Iterable[Channel]) -> str:

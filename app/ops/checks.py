@@ -52,6 +52,7 @@ class Check:
 def _default_app_check(name: str, default: DefaultApp[Any], settings: Settings) -> Check:
     """A channel's default app: its credentials loaded when its settings configure it."""
     try:
+        default.refuse_half_set(settings)
         return Check(name, True, "configured" if default.load(settings) is not None else "not configured")
     except SettingsError as error:
         return Check(name, False, str(error), INVALID_CONFIGURATION)
