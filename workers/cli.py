@@ -124,6 +124,13 @@ def _migrate(settings: Settings) -> None:
         upgrade(settings)
 
 
+def _migrate_command(settings: Settings) -> None:
+    from app.core.migrations import head_revision
+
+    _migrate(settings)
+    print(f"database schema at {head_revision(settings)}, the newest")
+
+
 def _api(settings: Settings) -> None:
     from workers.server import serve_api
 
@@ -265,12 +272,14 @@ RUNNERS = {
     "api": _api,
     "worker": _worker,
     "listen": _listen,
-    "migrate": _migrate,
+    "migrate": _migrate_command,
     "gateway": _gateway,
 }
 SERVING = {"dev", "api", "worker", "listen"}
 # Commands that serve the Matrix gateway when XMTP_PUSH_MATRIX_APPS is set.
 MATRIX_SERVING = {"dev", "api", "gateway"}
+# Commands meant for a person: their answer on stdout, and only log lines that call for attention.
+FOR_A_PERSON = {"config", "stats", "send-test", "migrate", "healthcheck"}
 
 
 def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -304,16 +313,25 @@ def expected_failures(settings: Settings) -> Iterator[None]:
         raise SystemExit(failure.code) from None
 
 
+def _log_level(args: argparse.Namespace, settings: Settings) -> str:
+    """A person's command logs WARNING and above, unless asked for DEBUG (--debug included)."""
+    marmot_tool = getattr(args, "show_pubkey", False) or getattr(args, "marmot_command", None)
+    for_a_person = args.command in FOR_A_PERSON or bool(marmot_tool)
+    if for_a_person and settings.log_level == "INFO":
+        return "WARNING"
+    return settings.log_level
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    configure_logging()
+    configure_logging("WARNING")
     for warning in unknown_setting_warnings():
         print(f"xmtp-push: warning: {warning}", file=sys.stderr)
     try:
         settings = load_settings()
         if args.debug:
             settings = settings.model_copy(update={"log_level": "DEBUG"})
-        configure_logging(settings.log_level)
+        configure_logging(_log_level(args, settings))
         marmot_serving = args.command == "marmot" and not (args.show_pubkey or args.marmot_command)
         serving = args.command in SERVING or marmot_serving
         if serving or args.command == "send-test":

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 from app.core.config import Settings
 from app.core.database import check_sqlite_folder
@@ -59,3 +60,8 @@ def upgrade(settings: Settings, revision: str = "head") -> None:
     """Bring the configured database to `revision`. Blocking: run outside the event loop."""
     check_sqlite_folder(settings.database_url)
     command.upgrade(alembic_config(settings.database_url), revision)
+
+
+def head_revision(settings: Settings) -> str | None:
+    """The newest revision of the installed migration scripts."""
+    return ScriptDirectory.from_config(alembic_config(settings.database_url)).get_current_head()

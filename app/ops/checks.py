@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from redis.asyncio import Redis
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import ENV_PREFIX, Settings, SettingsError
-from app.core.migrations import alembic_config
+from app.core.migrations import head_revision
 from app.delivery.registry import CHANNELS, FLAT_CHANNELS, DefaultApp, ways_to_configure
 from app.delivery.url_policy import UrlPolicy
 from app.marmot.dispatch import MARMOT_CHANNELS
@@ -144,7 +143,7 @@ async def _replica(runtime: Runtime, replica: AsyncEngine) -> Check:
 
 
 def _head(runtime: Runtime) -> str | None:
-    return ScriptDirectory.from_config(alembic_config(runtime.settings.database_url)).get_current_head()
+    return head_revision(runtime.settings)
 
 
 def _current_revision(connection: Connection) -> str | None:
