@@ -65,6 +65,10 @@ class Runtime:
         return self.queue is None or await self.queue.ping()
 
     async def database_ready(self) -> bool:
+        # SQLite on a full disk still answers reads: while the calls meet failing writes (they tell
+        # `dependencies`, and a call that succeeds clears it) the process is not ready.
+        if self.settings.is_sqlite and self.dependencies.is_down("database"):
+            return False
         return await _answers(self.engine)
 
     async def replica_ready(self) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,20 +57,32 @@ class SqliteFolderMissing(Exception):
     """The folder of the configured SQLite file does not exist."""
 
 
-def check_sqlite_folder(url: str) -> None:
-    """Refuse a SQLite file whose folder is missing before aiosqlite tries it: its connection thread
-    then reports the failure a second time, as a traceback, after the event loop has closed."""
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; None for another database, memory, or a `file:` URI."""
     database = make_url(url).database or ""
     a_file = (
         url.startswith("sqlite") and database not in ("", ":memory:") and not database.startswith("file:")
     )
-    if a_file and not Path(database).parent.is_dir():
+    return Path(database) if a_file else None
+
+
+def prepare_sqlite_file(url: str) -> None:
+    """Refuse a SQLite file whose folder is missing before aiosqlite tries it: its connection thread
+    then reports the failure a second time, as a traceback, after the event loop has closed. A file
+    not there yet is created readable by its owner alone (it holds webhook signing keys), rather
+    than by SQLite with the umask's mode; its journal and write-ahead log take its mode."""
+    path = _sqlite_file(url)
+    if path is None:
+        return
+    if not path.parent.is_dir():
         raise SqliteFolderMissing("the folder of the SQLite file does not exist")
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
     if settings.is_sqlite:
-        check_sqlite_folder(settings.database_url)
+        prepare_sqlite_file(settings.database_url)
         return _sqlite_engine(settings.database_url)
     return _postgres_engine(settings.database_url, settings)
 

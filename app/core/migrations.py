@@ -16,7 +16,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 
 from app.core.config import Settings
-from app.core.database import check_sqlite_folder
+from app.core.database import prepare_sqlite_file
 
 DISTRIBUTION = "xmtp-push"
 INSTALLED_ENV = "share/xmtp-push/alembic/env.py"
@@ -58,7 +58,7 @@ def alembic_config(database_url: str) -> Config:
 
 def upgrade(settings: Settings, revision: str = "head") -> None:
     """Bring the configured database to `revision`. Blocking: run outside the event loop."""
-    check_sqlite_folder(settings.database_url)
+    prepare_sqlite_file(settings.database_url)
     command.upgrade(alembic_config(settings.database_url), revision)
 
 

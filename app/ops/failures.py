@@ -31,6 +31,7 @@ DATABASE_CREDENTIALS_REFUSED = 6
 DATABASE_NOT_MIGRATED = 7
 REDIS_UNREACHABLE = 8
 MIGRATIONS_MISSING = 9
+DATABASE_DISK_FULL = 10
 
 DATABASE_URL = f"{ENV_PREFIX}DATABASE_URL"
 DATABASE_READ_URL = f"{ENV_PREFIX}DATABASE_READ_URL"
@@ -41,6 +42,8 @@ _MISSING_DATABASE = "3D000"
 _CREDENTIALS = "28"
 _NO_TABLE = "42P01"
 _NOT_ACCEPTING = "55000"  # ALLOW_CONNECTIONS false (a failover, maintenance)
+_DISK_FULL = "53100"
+SQLITE_FULL = "database or disk is full"  # SQLite's words for SQLITE_FULL
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,7 @@ OUTAGES = frozenset(
         DATABASE_MISSING,
         DATABASE_CREDENTIALS_REFUSED,
         DATABASE_NOT_MIGRATED,
+        DATABASE_DISK_FULL,
         REDIS_UNREACHABLE,
     }
 )
@@ -147,6 +151,8 @@ def _database_failure(error: sa_exc.DBAPIError, chain: list[BaseException]) -> F
         return _database(DATABASE_CREDENTIALS_REFUSED, "the database refused the user or its password")
     if state == _NO_TABLE or sqlite_message.startswith("no such table"):
         return _database(DATABASE_NOT_MIGRATED, "the database has no schema: run `xmtp-push migrate`")
+    if state == _DISK_FULL or sqlite_message.startswith(SQLITE_FULL):
+        return _database(DATABASE_DISK_FULL, "the database's disk is full")
     if state == _NOT_ACCEPTING:
         return _database(DATABASE_UNREACHABLE, "the database does not accept connections now")
     if is_unavailable(error):
