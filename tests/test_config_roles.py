@@ -83,6 +83,9 @@ def test_a_role_fails_on_what_its_command_cannot_start_without(tmp_path: Path) -
     listen = check(tmp_path, "listen", database_url=database, http_enabled="true")
     assert listen.returncode == 2, listen
     assert "FAIL listen         XMTP_PUSH_XMTPD_ADDRESS: required by `listen`" in listen.stdout
+    assert not [name for name in lines(listen) if name.startswith("channel")], (
+        listen.stdout
+    )  # it sends nothing
     # An XMTP role checks the database (here: not migrated) and the channels; not the gateway's apps.
     api = check(tmp_path, "api", database_url=database, http_enabled="true", matrix_apps="/nonexistent.yaml")
     assert set(lines(api)) >= {"channel apns", "channel http", "database", "matrix apps"}

@@ -278,6 +278,8 @@ RUNNERS = {
 SERVING = {"dev", "api", "worker", "listen"}
 # Commands that serve the Matrix gateway when XMTP_PUSH_MATRIX_APPS is set.
 MATRIX_SERVING = {"dev", "api", "gateway"}
+# Commands whose pushes use the flat settings' channels (`listen` only reads the network).
+SENDING = {"dev", "api", "worker", "marmot", "send-test"}
 # Commands meant for a person: their answer on stdout, and only log lines that call for attention.
 FOR_A_PERSON = {"config", "stats", "send-test", "migrate", "healthcheck"}
 
@@ -337,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         if serving or args.command == "send-test":
             from app.delivery.registry import default_apps, refuse_half_set_channels
 
-            refuse_half_set_channels(settings)  # so does a channel half set
+            if args.command in SENDING:
+                refuse_half_set_channels(settings)  # so does a channel half set
             default_apps(settings)  # a configured channel's unusable credential stops start-up
         if args.command in MATRIX_SERVING and settings.matrix_apps:
             from app.delivery.url_policy import UrlPolicy

@@ -33,7 +33,7 @@ from app.ops.failures import (
     classify,
     classify_replica,
 )
-from app.ops.roles import REQUIRED, XMTP_ROLES
+from app.ops.roles import REQUIRED, SENDING_ROLES, XMTP_ROLES
 from app.runtime import Runtime, open_runtime
 
 CHECK_SECONDS = 10.0
@@ -217,10 +217,12 @@ def _required_checks(settings: Settings, roles: tuple[str, ...]) -> list[Check]:
 
 
 def _setting_checks(settings: Settings, roles: tuple[str, ...]) -> list[Check]:
-    """The settings and credentials the roles use: every channel for an XMTP role, Marmot's for
-    `marmot`, the Matrix apps for the gateway (and for `dev` and `api`, which serve it when set)."""
-    xmtp = any(role in XMTP_ROLES for role in roles)
-    channels = FLAT_CHANNELS if xmtp else {c: FLAT_CHANNELS[c] for c in MARMOT_CHANNELS if "marmot" in roles}
+    """The settings and credentials the roles use: every channel for a role that sends (not
+    `listen`), APNs and FCM and Marmot's own for `marmot`, the Matrix apps for the gateway (and for `dev` and `api`, which serve it when set)."""
+    sending = any(role in SENDING_ROLES for role in roles)
+    channels = (
+        FLAT_CHANNELS if sending else {c: FLAT_CHANNELS[c] for c in MARMOT_CHANNELS if "marmot" in roles}
+    )
     checks = [_default_app_check(f"channel {c}", default, settings) for c, default in channels.items()]
     if settings.matrix_apps and {"dev", "api", "gateway"} & set(roles):
         checks.append(matrix_check(settings.matrix_apps, settings))

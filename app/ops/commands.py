@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from app.core.config import Settings
-from app.ops.roles import ROLES, XMTP_ROLES
+from app.ops.roles import ROLES, SENDING_ROLES
 
 if TYPE_CHECKING:
     from app.ops.stats import Stats
@@ -163,7 +163,7 @@ def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
     checks = asyncio.run(run_checks(settings, roles))
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<14} {check.detail}")
-    warnings = channel_warnings(settings) if set(roles) & set(XMTP_ROLES) else []
+    warnings = channel_warnings(settings) if set(roles) & set(SENDING_ROLES) else []
     for warning in warnings:
         print(f"warn {warning.name:<14} {warning.detail}")
     failed = [check for check in checks if not check.ok]

@@ -7,6 +7,8 @@ opens no database (and creates no SQLite file).
 from __future__ import annotations
 
 XMTP_ROLES = ("dev", "api", "worker", "listen")
+# The XMTP roles that use the channels (the listener only reads the network).
+SENDING_ROLES = ("dev", "api", "worker")
 ROLES = (*XMTP_ROLES, "gateway", "marmot")
 # The settings (Settings' field names) without which `xmtp-push ROLE` refuses to start.
 REQUIRED = {
