@@ -77,16 +77,18 @@ def test_a_marmot_server_needs_no_database_and_its_check_creates_no_file(tmp_pat
 
 def test_a_role_fails_on_what_its_command_cannot_start_without(tmp_path: Path) -> None:
     database = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
-    worker = check(tmp_path, "worker", database_url=database, http_enabled="true")
+    worker = check(tmp_path, "worker", database_url=database, webhook_enabled="true")
     assert worker.returncode == 2, worker
     assert lines(worker)["worker"] == "FAIL worker         XMTP_PUSH_REDIS_URL: required by `worker`"
-    listen = check(tmp_path, "listen", database_url=database, http_enabled="true")
+    listen = check(tmp_path, "listen", database_url=database, webhook_enabled="true")
     assert listen.returncode == 2, listen
     assert "FAIL listen         XMTP_PUSH_XMTPD_ADDRESS: required by `listen`" in listen.stdout
     assert not [name for name in lines(listen) if name.startswith("channel")], (
         listen.stdout
     )  # it sends nothing
     # An XMTP role checks the database (here: not migrated) and the channels; not the gateway's apps.
-    api = check(tmp_path, "api", database_url=database, http_enabled="true", matrix_apps="/nonexistent.yaml")
+    api = check(
+        tmp_path, "api", database_url=database, webhook_enabled="true", matrix_apps="/nonexistent.yaml"
+    )
     assert set(lines(api)) >= {"channel apns", "channel http", "database", "matrix apps"}
     assert check(tmp_path, "worker", database_url=database).stdout.count("matrix") == 0

@@ -40,7 +40,9 @@ def test_each_channel_set_in_part_is_refused_naming_what_is_missing(channel: str
 @pytest.mark.slow
 def test_config_check_fails_and_start_up_is_refused_on_a_half_set_channel(tmp_path: Path) -> None:
     database = asyncio.run(create_sqlite_database(tmp_path))
-    half = child_env(database_url=database, http_enabled="true", apns_key=APNS_KEY, apns_key_id="KEYID12345")
+    half = child_env(
+        database_url=database, webhook_enabled="true", apns_key=APNS_KEY, apns_key_id="KEYID12345"
+    )
     checked = run(["config", "check"], half, tmp_path)
     assert checked.returncode == 2, checked
     (line,) = [line for line in checked.stdout.splitlines() if line.startswith("FAIL")]
@@ -51,7 +53,7 @@ def test_config_check_fails_and_start_up_is_refused_on_a_half_set_channel(tmp_pa
         assert "XMTP_PUSH_APNS_TEAM_ID, XMTP_PUSH_APNS_BUNDLE_ID: not set" in refused.stderr, refused
         assert "BEGIN" not in refused.stdout + refused.stderr and "KEYID12345" not in refused.stderr
 
-    only_key = child_env(database_url=database, http_enabled="true", apns_key=APNS_KEY)
+    only_key = child_env(database_url=database, webhook_enabled="true", apns_key=APNS_KEY)
     checked = run(["config", "check"], only_key, tmp_path)
     assert checked.returncode == 2, checked
     assert ", ".join(MISSING) + ": not set, while XMTP_PUSH_APNS_KEY is" in checked.stdout

@@ -43,7 +43,7 @@ def assert_for_a_person(result: subprocess.CompletedProcess[str]) -> None:
 
 def test_each_command_for_a_person_answers_on_stdout_with_no_log_line_below_warning(tmp_path: Path) -> None:
     database = sqlite_url(tmp_path / "person.db")
-    env = child_env(database_url=database, http_enabled="true", log_level="INFO")
+    env = child_env(database_url=database, webhook_enabled="true", log_level="INFO")
     head = ScriptDirectory.from_config(alembic_config(database)).get_current_head()
 
     migrated = run(["migrate"], env, tmp_path)

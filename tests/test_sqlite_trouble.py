@@ -31,7 +31,7 @@ DISK_FULL = re.compile(r"XMTP_PUSH_DATABASE_URL: the database's disk is full")
 def test_the_sqlite_file_is_created_readable_by_its_owner_alone(tmp_path: Path) -> None:
     for args, name in ((["migrate"], "migrated.db"), (["config", "check", "--role", "api"], "checked.db")):
         path = tmp_path / name
-        result = run(args, child_env(database_url=sqlite_url(path), http_enabled="true"), tmp_path)
+        result = run(args, child_env(database_url=sqlite_url(path), webhook_enabled="true"), tmp_path)
         assert result.returncode in (0, 7), result  # 7: `config check` on a database not migrated
         files = [path, *tmp_path.glob(f"{name}-*")]
         assert path.exists()
@@ -65,9 +65,9 @@ async def test_a_full_disk_is_told_as_such_and_readyz_answers_503_while_writes_f
     disk.mkdir()
     env = child_env(
         database_url=sqlite_url(disk / "full.db"),
-        http_enabled="true",
-        http_allow_insecure="true",
-        http_allow_private_addresses="true",
+        webhook_enabled="true",
+        webhook_allow_insecure="true",
+        webhook_allow_private_addresses="true",
         http_port=str(free_port()),
         grpc_port=str(free_port()),
     )
