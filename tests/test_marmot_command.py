@@ -221,7 +221,8 @@ def test_config_check_reports_the_marmot_settings(tmp_path: Path) -> None:
     fcm = {"fcm_service_account": app_keys.service_account()}
 
     def check(**values: str) -> Check:
-        return marmot_check(Settings(**values))  # type: ignore[arg-type]
+        # The loopback relay allowed unencrypted, as `xmtp-push marmot` would need it.
+        return marmot_check(Settings(marmot_allow_unencrypted_relays=True, **values))  # type: ignore[arg-type]
 
     assert check() == Check(
         "marmot", True, "not configured (XMTP_PUSH_MARMOT_SECRET_KEY not set), 0 relay(s)"
@@ -231,6 +232,7 @@ def test_config_check_reports_the_marmot_settings(tmp_path: Path) -> None:
     )
     key_file = tmp_path / "marmot.key"
     key_file.write_text(ServerKey(bytes.fromhex(secret)).secret.hex() + "\n")
+    key_file.chmod(0o600)  # a key file others may read is refused (tests/test_marmot_startup.py)
     assert check(marmot_secret_key=str(key_file), marmot_relays=relays, **fcm) == Check(
         "marmot", True, "key set, 2 relay(s), pushes through fcm"
     )

@@ -55,6 +55,21 @@ def test_a_key_file_its_group_or_others_may_read_is_refused_naming_the_setting(
     assert secret not in result.stderr and str(path) not in result.stderr
 
 
+def test_config_check_fails_on_what_marmot_refuses_at_start(
+    tmp_path: Path, fakes: tuple[FakeApns, FakeFcm]
+) -> None:
+    path, secret = key_file(tmp_path, 0o644)
+    env = server_env(fakes, str(path), f"ws://127.0.0.1:{free_port()}")
+    env.pop("XMTP_PUSH_MARMOT_ALLOW_UNENCRYPTED_RELAYS", None)
+    result = run(["config", "check", "--role", "marmot"], env, tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL") and "marmot" in line]
+    assert len(failed) == 1, result.stdout
+    assert "the key file may be read by its group or by others" in failed[0]
+    assert "XMTP_PUSH_MARMOT_RELAYS" in failed[0]
+    assert secret not in result.stdout + result.stderr and str(path) not in result.stdout
+
+
 def test_dev_refuses_such_a_key_file_too(tmp_path: Path) -> None:
     path, _ = key_file(tmp_path, 0o644)
     relays = f"ws://127.0.0.1:{free_port()}"

@@ -19,6 +19,7 @@ from app.delivery.registry import CHANNELS, FLAT_CHANNELS, DefaultApp, ways_to_c
 from app.delivery.url_policy import UrlPolicy
 from app.marmot.dispatch import MARMOT_CHANNELS
 from app.marmot.keys import InvalidServerKey, ServerKey
+from app.marmot.startup import start_problems
 from app.matrix.config import load_gateway_config
 from app.ops.failures import (
     CHECK_FAILED,
@@ -98,6 +99,8 @@ def marmot_check(settings: Settings) -> Check:
     if not channels:
         wanted = " or ".join(CHANNELS[c].label for c in MARMOT_CHANNELS)
         return Check("marmot", False, f"{detail}: configure {wanted}", INVALID_CONFIGURATION)
+    if problems := start_problems(settings):  # what `xmtp-push marmot` refuses at start
+        return Check("marmot", False, f"{detail}: {'; '.join(problems)}", INVALID_CONFIGURATION)
     return Check("marmot", True, detail)
 
 
