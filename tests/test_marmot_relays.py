@@ -192,6 +192,24 @@ async def test_a_relay_restarted_mid_run_is_reconnected_and_later_wraps_arrive()
         relay.stop()
 
 
+def relay_up() -> float | None:
+    return REGISTRY.get_sample_value("xmtp_push_dependency_up", {"dependency": "relay"})
+
+
+@pytest.mark.slow
+async def test_the_relay_dependency_gauge_is_1_while_a_relay_is_connected_and_0_without() -> None:
+    relay = await Relay().start()
+    try:
+        async with serving(relay.url) as (server, _):
+            await subscribed(server)
+            assert relay_up() == 1
+            relay.stop()
+            await eventually(lambda: not server.connected, what="the lost connection")
+            assert relay_up() == 0
+    finally:
+        relay.stop()
+
+
 @pytest.mark.slow
 async def test_a_silent_relay_is_reconnected_after_the_watchdog() -> None:
     async with (

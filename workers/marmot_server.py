@@ -120,6 +120,7 @@ class MarmotServer:
         """Serve every relay until `stop` is set; then let pending and in-flight triggers finish
         (bounded)."""
         watchdog = self._settings.marmot_relay_watchdog_seconds
+        self._say_relays_up()  # 0 until the first relay connects
         timeout = aiohttp.ClientTimeout(total=None, connect=HANDSHAKE_SECONDS, sock_connect=HANDSHAKE_SECONDS)
         async with (
             aiohttp.ClientSession(timeout=timeout) as http,
@@ -203,12 +204,18 @@ class MarmotServer:
     async def _connected(self, number: int) -> AsyncIterator[None]:
         self.connected.add(number)
         metrics.marmot_relays_connected.inc()
+        self._say_relays_up()
         try:
             yield
         finally:
             self.connected.discard(number)
             self.subscribed.discard(number)
             metrics.marmot_relays_connected.dec()
+            self._say_relays_up()
+
+    def _say_relays_up(self) -> None:
+        """`xmtp_push_dependency_up{dependency="relay"}`: 1 while at least one relay is connected."""
+        metrics.dependency_up.labels("relay").set(1 if self.connected else 0)
 
 
 @contextlib.asynccontextmanager

@@ -45,7 +45,7 @@ queue_depth = Gauge("xmtp_push_queue_depth", "Entries waiting or in flight", ["q
 queue_resets_total = Counter(
     "xmtp_push_queue_resets", "Times Redis was found to have restarted without the queue's data"
 )
-# dependency: database | redis (read at each scrape) | xmtpd (the listener's stream)
+# dependency: database | redis (read at each scrape) | xmtpd (the listener's stream) | relay (marmot)
 dependency_up = Gauge(
     "xmtp_push_dependency_up", "Whether a service this process uses answers", ["dependency"]
 )
