@@ -4,7 +4,6 @@ whatever XMTP_PUSH_LOG_LEVEL says (`--debug` shows more)."""
 
 from __future__ import annotations
 
-import json
 import secrets
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ from alembic.script import ScriptDirectory
 from app.core.migrations import alembic_config
 from tests.support.cli import run, sqlite_url
 from tests.support.ops import child_env
+from tests.support.process import json_lines
 
 # Each runs the console script: a second or more.
 pytestmark = pytest.mark.slow
@@ -23,15 +23,7 @@ QUIET_LEVELS = {"debug", "info"}
 
 
 def log_events(text: str) -> list[dict[str, object]]:
-    events = []
-    for line in text.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
+    return json_lines(text.splitlines())
 
 
 def assert_for_a_person(result: subprocess.CompletedProcess[str]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +18,7 @@ from app.matrix.service import Gateway
 from fakes import keys
 from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm
-from tests.support.process import Child, child, clean_env
+from tests.support.process import Child, child, clean_env, events
 from workers.server import running_gateway
 
 NOTIFY = "/_matrix/push/v1/notify"
@@ -136,15 +135,7 @@ class GatewayProcess:
 
     def records(self) -> list[dict[str, Any]]:
         """Its log lines so far (JSON), without the lines that are not JSON."""
-        found = []
-        for line in self.child.lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                found.append(record)
-        return found
+        return events(self.child)
 
 
 @asynccontextmanager

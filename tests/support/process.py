@@ -9,7 +9,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
@@ -80,15 +80,20 @@ class Child:
         return self.process.returncode
 
 
-def events(process: Child) -> list[dict[str, object]]:
-    """The JSON log lines of the process (anything else it printed is left out)."""
+def json_lines(lines: Iterable[str]) -> list[dict[str, object]]:
+    """The JSON log lines among `lines` (anything else printed is left out)."""
     found = []
-    for line in process.lines:
+    for line in lines:
         try:
             found.append(json.loads(line))
         except ValueError:
             continue
     return [event for event in found if isinstance(event, dict)]
+
+
+def events(process: Child) -> list[dict[str, object]]:
+    """The JSON log lines of the process."""
+    return json_lines(process.lines)
 
 
 @asynccontextmanager
