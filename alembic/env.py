@@ -9,6 +9,7 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 # Importing the models registers their tables on Base.metadata.
+import app.legacy.models
 import app.network.models
 import app.recipients.models  # noqa: F401
 from app.core.database import Base

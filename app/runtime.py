@@ -19,6 +19,7 @@ from app.core.probes import Check, Probes
 from app.delivery.egress import EgressProxy
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.url_policy import UrlPolicy
+from app.legacy.service import LegacyRules
 from app.matrix.config import GatewayConfig, HttpSection, load_gateway_config
 from app.matrix.duplicates import DeliveredMemory, ProcessMemory, RedisMemory
 from app.matrix.service import Gateway
@@ -48,6 +49,8 @@ class Runtime:
     # when XMTP_PUSH_DATABASE_READ_URL is set; every write, and every read inside one, uses `sessions`.
     reads: async_sessionmaker[AsyncSession]
     rules: RecipientRules
+    # The legacy notifications.v1 API's rules (app.legacy.service).
+    legacy_rules: LegacyRules
     # Redis when configured; the in-process queue only where the caller allows it (dev).
     queue: WorkQueue | None = None
     # Recent outcomes and listener lag for stats and /status (beside the queue).
@@ -234,6 +237,7 @@ async def open_runtime(
                     (replica or engine).execution_options(isolation_level="AUTOCOMMIT")
                 ),
                 rules=RecipientRules.from_settings(settings),
+                legacy_rules=LegacyRules.from_settings(settings),
                 queue=queue,
                 activity=activity,
                 providers=providers,

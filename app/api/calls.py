@@ -40,10 +40,11 @@ class Method:
     request_type: type[Message]
     response_type: type[Message]
     run: Callable[[Runtime, AsyncSession, Message], Awaitable[Message]]
+    service: str = SERVICE_NAME
 
     @property
     def path(self) -> str:
-        return f"/{SERVICE_NAME}/{self.name}"
+        return f"/{self.service}/{self.name}"
 
 
 async def _register(runtime: Runtime, session: AsyncSession, request: Message) -> Message:

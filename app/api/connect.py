@@ -7,7 +7,8 @@ binary encoding. Errors are Connect error JSON with Connect's HTTP statuses.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
@@ -18,6 +19,7 @@ from google.protobuf.message import Message
 from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
 from app.api.calls import METHODS, Method, invoke
 from app.api.error_details import connect_details
+from app.api.legacy_calls import LEGACY_METHODS, LEGACY_SERVICE_NAME
 from app.api.openapi_schema import message_schema
 from app.core.errors import Code, DomainError
 
@@ -28,6 +30,7 @@ HTTP_STATUS = {
     Code.INVALID_ARGUMENT: 400,
     Code.FAILED_PRECONDITION: 400,
     Code.UNAUTHENTICATED: 401,
+    Code.UNIMPLEMENTED: 501,
     Code.PERMISSION_DENIED: 403,
     Code.NOT_FOUND: 404,
     Code.RESOURCE_EXHAUSTED: 429,
@@ -40,8 +43,12 @@ MAX_TIMEOUT_DIGITS = 10
 MAX_BODY_BYTES = 4 * 1024 * 1024
 TOO_LARGE = DomainError(Code.RESOURCE_EXHAUSTED, "request body is larger than 4 MiB")
 TOO_SLOW = DomainError(Code.DEADLINE_EXCEEDED, "request body did not arrive in time")
+UNKNOWN_ENCODING = DomainError(Code.UNIMPLEMENTED, "content encoding is not supported")
+MALFORMED = DomainError(Code.INVALID_ARGUMENT, "request is malformed")
 
 router = APIRouter(tags=["xmtp.backend.v1.NotificationService"])
+# Included only where XMTP_PUSH_LEGACY_API_ENABLED is on (app/api/main.py).
+legacy_router = APIRouter(tags=[LEGACY_SERVICE_NAME])
 
 
 def error_response(error: DomainError) -> Response:
@@ -62,6 +69,25 @@ def _timeout_seconds(request: Request) -> float | None:
     if raw.isdigit() and len(raw) <= MAX_TIMEOUT_DIGITS:
         return int(raw) / 1000
     return None
+
+
+def _decompressed(body: bytes, encoding: str) -> bytes:
+    """The body as sent before its Content-Encoding (gzip or none), bounded as the body itself is:
+    a small gzip body may not unpack into more than MAX_BODY_BYTES."""
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise UNKNOWN_ENCODING
+    unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        plain = unpacker.decompress(body, MAX_BODY_BYTES)
+    except zlib.error:
+        raise MALFORMED from None
+    if unpacker.unconsumed_tail:
+        raise TOO_LARGE
+    if not unpacker.eof:
+        raise MALFORMED
+    return plain
 
 
 def _decoder(body: bytes, content_type: str) -> Callable[[type[Message]], Message]:
@@ -92,8 +118,9 @@ def _endpoint(method: Method) -> Callable[[Request], Awaitable[Response]]:
             return error_response(TOO_LARGE)
         except BodyTooSlow:
             return error_response(TOO_SLOW)
-        decode = _decoder(body, content_type)
         try:
+            body = _decompressed(body, request.headers.get("content-encoding", "").strip().lower())
+            decode = _decoder(body, content_type)
             reply = await invoke(runtime, method, decode, _timeout_seconds(request))
         except DomainError as error:
             return error_response(error)
@@ -141,14 +168,19 @@ def _openapi(method: Method) -> dict[str, Any]:
     }
 
 
-for _method in METHODS.values():
-    router.add_api_route(
-        _method.path,
-        _endpoint(_method),
-        methods=["POST"],
-        name=_method.name,
-        summary=f"NotificationService.{_method.name} (Connect unary)",
-        openapi_extra=_openapi(_method),
-        response_class=Response,
-        responses={},
-    )
+def _add_routes(target: APIRouter, methods: Iterable[Method]) -> None:
+    for method in methods:
+        target.add_api_route(
+            method.path,
+            _endpoint(method),
+            methods=["POST"],
+            name=method.name,
+            summary=f"{method.service.rsplit('.', 1)[-1]}.{method.name} (Connect unary)",
+            openapi_extra=_openapi(method),
+            response_class=Response,
+            responses={},
+        )
+
+
+_add_routes(router, METHODS.values())
+_add_routes(legacy_router, LEGACY_METHODS.values())

@@ -20,6 +20,7 @@ from app.api.calls import METHODS, SERVICE_NAME, Method, invoke
 from app.api.error_details import grpc_trailers
 from app.api.grpc_bounds import CONNECTION_LIMITS, BoundedReads, ConnectionLimits, server_options
 from app.api.grpc_metrics import CallMetrics
+from app.api.legacy_calls import LEGACY_METHODS, LEGACY_SERVICE_NAME
 from app.api.read_slots import ReadSlots
 from app.core.errors import Code, DomainError
 from app.runtime import Runtime
@@ -34,6 +35,7 @@ STATUS = {
     Code.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     Code.INTERNAL: grpc.StatusCode.INTERNAL,
     Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Code.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
 }
 
 
@@ -62,12 +64,23 @@ def _handler(runtime: Runtime, method: Method) -> Handler:
     return handle
 
 
-def notification_handler(runtime: Runtime) -> grpc.GenericRpcHandler[Any, Any]:
+def service_handler(
+    runtime: Runtime, service: str, methods: dict[str, Method]
+) -> grpc.GenericRpcHandler[Any, Any]:
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(_handler(runtime, method))
-        for name, method in METHODS.items()
+        for name, method in methods.items()
     }
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+    return grpc.method_handlers_generic_handler(service, handlers)
+
+
+def served_services(runtime: Runtime) -> dict[str, dict[str, Method]]:
+    """The services this process answers on its gRPC port; the legacy API only when enabled (an
+    UNIMPLEMENTED answer otherwise, as for any service not served)."""
+    services = {SERVICE_NAME: METHODS}
+    if runtime.settings.legacy_api_enabled:
+        services[LEGACY_SERVICE_NAME] = LEGACY_METHODS
+    return services
 
 
 def _in_use(host: str, port: int) -> bool:
@@ -101,7 +114,8 @@ async def start_grpc_server(
     reads = BoundedReads(slots or ReadSlots(), runtime.settings.request_timeout_seconds)
     # One interceptor: the metrics count each call around the bounded read (see app/api/grpc_metrics.py).
     server = grpc.aio.server(options=server_options(limits), interceptors=[CallMetrics(reads.serve)])
-    server.add_generic_rpc_handlers((notification_handler(runtime),))
+    services = served_services(runtime)
+    server.add_generic_rpc_handlers(tuple(service_handler(runtime, n, m) for n, m in services.items()))
     # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -115,6 +129,6 @@ async def start_grpc_server(
     if bound == 0:
         raise taken
     await server.start()
-    for name in ("", SERVICE_NAME):
+    for name in ("", *services):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound

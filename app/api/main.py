@@ -45,6 +45,8 @@ def create_app(
         app.state.probes = runtime.probes(*checks)
     app.state.gateway = runtime.matrix if runtime is not None else None
     app.include_router(connect.router)
+    if runtime is None or runtime.settings.legacy_api_enabled:
+        app.include_router(connect.legacy_router)
     app.include_router(ingest.router)
     app.include_router(matrix.router)
     app.include_router(health.router)

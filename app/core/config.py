@@ -30,6 +30,7 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from app.core.legacy_settings import LegacySettings
 from app.core.proxies import parse_proxy_url
 from app.core.renamed_settings import (
     RENAMED_SETTINGS,
@@ -72,7 +73,7 @@ class SettingsError(Exception):
     """A setting has a bad value; the message names the setting, never its value."""
 
 
-class Settings(BaseSettings):
+class Settings(LegacySettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     database_url: str = "sqlite+aiosqlite:///./xmtp-push.db"

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import MetaData, event
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
@@ -159,3 +160,10 @@ async def fetch_rows(session: AsyncSession, statement: Any, parameters: Mapping[
 def _driver_sql(statement: Any, dialect: Dialect) -> tuple[str, tuple[str, ...]]:
     compiled = statement.compile(dialect=dialect)
     return str(compiled), tuple(compiled.positiontup or ())
+
+
+def upsert_insert(session: AsyncSession, model: Any) -> Any:
+    """INSERT with ON CONFLICT support for the session's dialect."""
+    if session.get_bind().dialect.name == "postgresql":
+        return postgresql.insert(model)
+    return sqlite.insert(model)

@@ -20,6 +20,7 @@ class Code(enum.Enum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     INTERNAL = "internal"
     UNAUTHENTICATED = "unauthenticated"
+    UNIMPLEMENTED = "unimplemented"
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,3 +135,17 @@ matrix_devices_total = Counter("xmtp_push_matrix_devices", "Notified devices by 
 matrix_notify_seconds = Histogram(
     "xmtp_push_matrix_notify_seconds", "Time to answer a notify request", buckets=DELIVERY_BUCKETS
 )
+
+# The legacy notifications.v1 API (app.legacy) and its node-go listener.
+legacy_installations_total = Counter(
+    "xmtp_push_legacy_installations", "Legacy installation lifecycle events", ["action"]
+)
+legacy_subscriptions_total = Counter(
+    "xmtp_push_legacy_subscriptions", "Legacy subscription changes", ["action"]
+)
+legacy_deliveries_total = Counter(
+    "xmtp_push_legacy_deliveries", "Legacy delivery outcomes", ["channel", "outcome"]
+)
+node_go_envelopes_total = Counter("xmtp_push_node_go_envelopes", "Envelopes read from node-go", ["kind"])
+node_go_listener_state = Gauge("xmtp_push_node_go_listener_state", "0 connecting, 2 live, 3 stopped")
+node_go_reconnects_total = Counter("xmtp_push_node_go_reconnects", "node-go SubscribeAll streams reopened")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 PROTO_ROOT = Path(__file__).resolve().parent
-_IMPORT = re.compile(r"^from (xmtp)(\.[\w.]+)? import", re.MULTILINE)
+_IMPORT = re.compile(r"^from (xmtp|notifications)(\.[\w.]+)? import", re.MULTILINE)
 _GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 

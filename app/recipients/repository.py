@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.database import fetch_rows
+from app.core.database import fetch_rows, upsert_insert
 from app.recipients.models import Recipient, Subscription
 from app.recipients.types import DELIVERY_CHANNELS, Delivery, SubscriptionSpec, Target
 
@@ -39,13 +39,6 @@ class SubscriberRow(NamedTuple):
     hmac_keys: bytes | None
     include_commits: bool
     channel: int
-
-
-def _insert(session: AsyncSession, model: Any) -> Any:
-    """INSERT with ON CONFLICT support for the session's dialect."""
-    if session.get_bind().dialect.name == "postgresql":
-        return postgresql.insert(model)
-    return sqlite.insert(model)
 
 
 async def get_recipient(
@@ -128,7 +121,7 @@ async def upsert_subscriptions(
         return sum(1 for (new,) in result if new)
     rows = [_subscription_row(recipient_id, spec, now_ns) for spec in specs]
     present = await _existing_topics(session, recipient_id, [row["topic"] for row in rows])
-    await session.execute(_on_conflict_replace_keys(_insert(session, Subscription)), rows)
+    await session.execute(_on_conflict_replace_keys(upsert_insert(session, Subscription)), rows)
     return len(rows) - len(present)
 
 

@@ -91,6 +91,8 @@ async def clear_tables(runtime: Runtime) -> None:
     async with runtime.engine.begin() as connection:
         await connection.execute(text("DELETE FROM subscriptions"))
         await connection.execute(text("DELETE FROM recipients"))
+        for table in ("legacy_hmac_keys", "legacy_subscriptions", "legacy_installations"):
+            await connection.execute(text(f"DELETE FROM {table}"))
 
 
 @dataclass

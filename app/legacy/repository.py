@@ -1,0 +1,216 @@
+"""Every query on legacy installations, subscriptions and keys. Functions flush, never commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, cast
+
+from sqlalchemy import and_, bindparam, delete, func, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.database import fetch_rows, upsert_insert
+from app.legacy.commands import Mechanism, SubscriptionSpec
+from app.legacy.models import LegacyHmacKey, LegacyInstallation, LegacySubscription
+
+Installation = LegacyInstallation
+Sub = LegacySubscription
+Key = LegacyHmacKey
+
+
+class SubscriberRow(NamedTuple):
+    """One subscriber of a topic as fan-out needs it: the page query's columns, in order."""
+
+    installation_id: str
+    is_silent: bool
+    created_ns: int
+    key: bytes | None  # the subscription's key for the envelope's period
+
+
+class LegacyTarget(NamedTuple):
+    """Where an installation's pushes go now."""
+
+    kind: int
+    token: str
+
+
+async def registered_ns(session: AsyncSession, installation_id: str) -> int | None:
+    query = select(Installation.registered_ns).where(Installation.id == installation_id).with_for_update()
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def upsert_installation(
+    session: AsyncSession, installation_id: str, mechanism: Mechanism, now_ns: int
+) -> None:
+    values = {
+        "kind": int(mechanism.kind),
+        "token": mechanism.token,
+        "registered_ns": now_ns,
+        "deleted": False,
+    }
+    stmt = upsert_insert(session, Installation).values(id=installation_id, **values)
+    await session.execute(stmt.on_conflict_do_update(index_elements=[Installation.id], set_=values))
+
+
+async def mark_deleted(session: AsyncSession, installation_id: str) -> bool:
+    stmt = update(Installation).where(Installation.id == installation_id, ~Installation.deleted)
+    result: Any = await session.execute(stmt.values(deleted=True))
+    return bool(result.rowcount)
+
+
+async def drop_subscriptions(session: AsyncSession, installation_id: str, created_before_ns: int) -> None:
+    """An installation's subscriptions and keys made before a moment (its expiry)."""
+    old = select(Sub.topic).where(Sub.installation_id == installation_id, Sub.created_ns < created_before_ns)
+    await session.execute(delete(Key).where(Key.installation_id == installation_id, Key.topic.in_(old)))
+    await session.execute(
+        delete(Sub).where(Sub.installation_id == installation_id, Sub.created_ns < created_before_ns)
+    )
+
+
+async def active_topics(
+    session: AsyncSession, installation_id: str, topics: Sequence[str]
+) -> tuple[int, int]:
+    """(active subscriptions of the installation, how many of `topics` are among them)."""
+    query = select(func.count(), func.count().filter(Sub.topic.in_(list(topics)))).where(
+        Sub.installation_id == installation_id, Sub.active
+    )
+    total, among = (await session.execute(query)).one()
+    return int(total), int(among)
+
+
+async def subscribe(
+    session: AsyncSession, installation_id: str, specs: Sequence[SubscriptionSpec], now_ns: int, *, keep: bool
+) -> None:
+    """Each topic active; with `keep`, an existing subscription keeps its silence (Subscribe), else
+    it takes the one given (SubscribeWithMetadata)."""
+    rows = [
+        {
+            "topic": s.topic,
+            "installation_id": installation_id,
+            "active": True,
+            "is_silent": s.is_silent,
+            "created_ns": now_ns,
+        }
+        for s in specs
+    ]
+    stmt = upsert_insert(session, Sub)
+    changes = {"active": True} if keep else {"active": True, "is_silent": stmt.excluded.is_silent}
+    await session.execute(
+        stmt.on_conflict_do_update(index_elements=[Sub.topic, Sub.installation_id], set_=changes), rows
+    )
+    keys = [
+        {"installation_id": installation_id, "topic": s.topic, "period": period, "key": key}
+        for s in specs
+        for period, key in s.keys.items()
+    ]
+    if keys:
+        key_stmt = upsert_insert(session, Key)
+        await session.execute(
+            key_stmt.on_conflict_do_update(
+                index_elements=[Key.installation_id, Key.topic, Key.period],
+                set_={"key": key_stmt.excluded.key},
+            ),
+            keys,
+        )
+
+
+async def unsubscribe(session: AsyncSession, installation_id: str, topics: Sequence[str]) -> int:
+    stmt = update(Sub).where(Sub.installation_id == installation_id, Sub.topic.in_(list(topics)), Sub.active)
+    result: Any = await session.execute(stmt.values(active=False))
+    return int(result.rowcount)
+
+
+_PAGE = (
+    select(Sub.installation_id, Sub.is_silent, Sub.created_ns, Key.key)
+    .join(Installation, Installation.id == Sub.installation_id)
+    .outerjoin(
+        Key,
+        and_(
+            Key.installation_id == Sub.installation_id,
+            Key.topic == Sub.topic,
+            Key.period == bindparam("period"),
+        ),
+    )
+    .where(
+        Sub.topic == bindparam("topic"),
+        Sub.active,
+        Sub.installation_id > bindparam("after"),
+        ~Installation.deleted,
+        Installation.token.is_not(None),
+        Installation.registered_ns >= bindparam("alive_since"),
+    )
+    .order_by(Sub.installation_id)
+    .limit(bindparam("limit"))
+)
+
+
+async def subscribers_page(
+    session: AsyncSession, topic: str, after: str, limit: int, period: int, alive_since_ns: int
+) -> list[SubscriberRow]:
+    """The next page of a topic's pushable subscribers, in installation-id order after `after`."""
+    parameters = {
+        "topic": topic,
+        "after": after,
+        "limit": limit,
+        "period": period,
+        "alive_since": alive_since_ns,
+    }
+    return [SubscriberRow(*row) for row in await fetch_rows(session, _PAGE, parameters)]
+
+
+async def targets(
+    session: AsyncSession, installation_ids: Sequence[str], alive_since_ns: int
+) -> dict[str, LegacyTarget]:
+    """The current target of each installation that may still be pushed to."""
+    query = select(Installation.id, Installation.kind, Installation.token).where(
+        Installation.id.in_(list(set(installation_ids))),
+        ~Installation.deleted,
+        Installation.token.is_not(None),
+        Installation.registered_ns >= alive_since_ns,
+    )
+    # kind and token are set together, and the query keeps only rows whose token is set.
+    return {
+        row[0]: LegacyTarget(cast(int, row[1]), cast(str, row[2])) for row in await session.execute(query)
+    }
+
+
+async def forget_token_if_unchanged(
+    session: AsyncSession, installation_id: str, target: LegacyTarget
+) -> bool:
+    """Remove a dead token, unless a RegisterInstallation replaced it meanwhile."""
+    stmt = update(Installation).where(
+        Installation.id == installation_id,
+        Installation.kind == target.kind,
+        Installation.token == target.token,
+    )
+    result: Any = await session.execute(stmt.values(kind=None, token=None))
+    return bool(result.rowcount)
+
+
+async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> int:
+    """Up to `batch` installations registered before the cutoff, with their subscriptions and keys,
+    and subscriptions as old whose installation never registered; returns installations deleted."""
+    expired = list(
+        (
+            await session.execute(
+                select(Installation.id).where(Installation.registered_ns < cutoff_ns).limit(batch)
+            )
+        ).scalars()
+    )
+    if expired:
+        await session.execute(delete(Key).where(Key.installation_id.in_(expired)))
+        await session.execute(delete(Sub).where(Sub.installation_id.in_(expired)))
+        await session.execute(delete(Installation).where(Installation.id.in_(expired)))
+    orphans = (
+        select(Sub.installation_id, Sub.topic)
+        .where(
+            Sub.created_ns < cutoff_ns,
+            ~select(Installation.id).where(Installation.id == Sub.installation_id).exists(),
+        )
+        .limit(batch)
+    )
+    stale = [tuple(row) for row in await session.execute(orphans)]
+    if stale:
+        await session.execute(delete(Key).where(tuple_(Key.installation_id, Key.topic).in_(stale)))
+        await session.execute(delete(Sub).where(tuple_(Sub.installation_id, Sub.topic).in_(stale)))
+    await session.flush()
+    return len(expired)
