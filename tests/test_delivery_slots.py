@@ -21,7 +21,7 @@ from app.recipients.targets import RecipientTargets
 from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.pipeline import envelope, group_topic, running_pipeline, wait_until
-from workers.delivery_worker import DeliveryWorker
+from workers.delivery_worker import DeliveryWorker, XmtpDeliveries
 from workers.fanout_worker import run_fanout
 
 # Every test here runs the product end to end: a second or more each.
@@ -64,7 +64,12 @@ async def test_slots_go_on_after_attempts_raise_and_the_raised_ones_are_reclaime
         targets = RecipientTargets(pipe.runtime.sessions, pipe.runtime.reads)
         assert queue is not None
         worker = DeliveryWorker(
-            pipe.runtime, queue, provider, targets, "slots-test-http", Share.everything(queue.partitions)
+            pipe.runtime,
+            queue,
+            provider,
+            XmtpDeliveries(targets),
+            "slots-test-http",
+            Share.everything(queue.partitions),
         )
         tasks = [
             asyncio.create_task(

@@ -14,15 +14,18 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from prometheus_client.metrics import Counter as Counter_
 
 from app.core import metrics
+from app.core.channels import Channel
 from app.delivery.provider import Provider
 from app.delivery.registry import CHANNELS, log_outcome
 from app.delivery.retry import Retry
-from app.delivery.types import Outcome, OutcomeKind
+from app.delivery.types import Outcome, OutcomeKind, Push
 from app.fanout.delivery_job import DeliveryJob
 from app.fanout.hints import RENDERERS
 from app.queue.activity import ATTEMPT_MS, ATTEMPTS, CREDENTIALS_REFUSED
@@ -53,11 +56,84 @@ class TargetStore(Protocol):
         """Forget a recipient whose target is dead, unless it changed since; True if forgotten."""
 
 
+class DeliverySource(Protocol):
+    """What a source's delivery jobs are, for the one delivery loop: how a job is read, whom it is
+    for, where that one's pushes go now, and how it is rendered for its channel. The loop itself
+    (slots, retries, acknowledgements) knows nothing of the source."""
+
+    def stream(self, channel: Channel) -> str:
+        """The stream of the source's jobs on a channel."""
+
+    def decode(self, payload: bytes) -> Any:
+        """A job, or ValueError / TypeError / KeyError."""
+
+    def key(self, job: Any) -> Hashable:
+        """Whom the job is for (a recipient, an installation)."""
+
+    async def targets(self, keys: Sequence[Any]) -> Mapping[Any, Any]:
+        """The current target of each that may still be pushed to."""
+
+    def channel_of(self, target: Any) -> Channel | None:
+        """The channel a target's pushes go by now; None: no configured channel delivers it."""
+
+    def render(self, channel: Channel, job: Any, target: Any) -> Push:
+        """The job's push on its channel."""
+
+    def rank(self, job: Any) -> int:
+        """Among retries waiting under one key, the highest rank waits (a newer hint's)."""
+
+    async def forget_if_unchanged(self, key: Any, target: Any) -> bool:
+        """Forget a dead target, unless it changed since; True if forgotten."""
+
+    def outcome_counter(self, channel: Channel, kind: OutcomeKind) -> Counter_:
+        """The counter of the source's final outcomes on a channel."""
+
+    def count_dead(self) -> None:
+        """A target was forgotten as dead."""
+
+
+class XmtpDeliveries:
+    """The new API's hints: jobs on `deliveries.<channel>`, for recipients."""
+
+    def __init__(self, store: TargetStore) -> None:
+        self.store = store
+
+    def stream(self, channel: Channel) -> str:
+        return delivery_stream(channel)
+
+    def decode(self, payload: bytes) -> DeliveryJob:
+        return DeliveryJob.decode(payload)
+
+    def key(self, job: DeliveryJob) -> bytes:
+        return job.recipient_id
+
+    async def targets(self, keys: Sequence[bytes]) -> Mapping[bytes, Target]:
+        return await self.store.targets(keys)
+
+    def channel_of(self, target: Target) -> Channel:
+        return target.channel
+
+    def render(self, channel: Channel, job: DeliveryJob, target: Target) -> Push:
+        return RENDERERS[channel](job.hint, target)
+
+    def rank(self, job: DeliveryJob) -> int:
+        return job.sequence_id
+
+    async def forget_if_unchanged(self, key: bytes, target: Target) -> bool:
+        return await self.store.forget_if_unchanged(key, target)
+
+    def outcome_counter(self, channel: Channel, kind: OutcomeKind) -> Counter_:
+        return metrics.deliveries_total.labels(channel, kind.value)
+
+    def count_dead(self) -> None:
+        metrics.recipients_total.labels("dead").inc()
+
+
 @dataclass(slots=True)
 class _Work:
     entry: Entry
-    job: DeliveryJob
-    target: Target
+    job: Any
+    target: Any
 
 
 class DeliveryWorker:
@@ -66,7 +142,7 @@ class DeliveryWorker:
         runtime: Runtime,
         queue: WorkQueue,
         provider: Provider,
-        targets: TargetStore,
+        source: DeliverySource,
         consumer: str,
         share: Share,
     ) -> None:
@@ -74,11 +150,10 @@ class DeliveryWorker:
         self.share = share
         self.queue = queue
         self.provider = provider
-        self.targets = targets
+        self.source = source
         self.consumer = consumer
         self.channel = provider.channel
-        self.render = RENDERERS[self.channel]
-        self.stream = delivery_stream(self.channel)
+        self.stream = source.stream(self.channel)
         settings = runtime.settings
         self.capacity = settings.delivery_concurrency
         # Read once this many slots are free, not on every freed slot: at full load each read
@@ -103,9 +178,7 @@ class DeliveryWorker:
         # Label lookups resolved once, not several times per attempt.
         self._inflight = metrics.inflight.labels(self.channel)
         self._seconds = metrics.delivery_seconds.labels(self.channel)
-        self._outcomes = {
-            kind: metrics.deliveries_total.labels(self.channel, kind.value) for kind in OutcomeKind
-        }
+        self._outcomes = {kind: source.outcome_counter(self.channel, kind) for kind in OutcomeKind}
         self._retries = metrics.retries_total.labels(self.channel)
         self._deferred = metrics.deferred_total.labels(self.channel)
 
@@ -154,26 +227,28 @@ class DeliveryWorker:
         return False
 
     async def _dispatch(self, entries: list[Entry]) -> None:
-        decoded: list[tuple[Entry, DeliveryJob]] = []
+        decoded: list[tuple[Entry, Any]] = []
         for entry in entries:
-            job = _decode(entry)
+            job = self._decode(entry)
             if job is None:
                 self._done(entry).ack.append(entry.id)
             else:
                 decoded.append((entry, job))
-        targets = await self.targets.targets([job.recipient_id for _, job in decoded])
+        key = self.source.key
+        targets = await self.source.targets([key(job) for _, job in decoded])
         for entry, job in decoded:
-            self._route(entry, job, targets.get(job.recipient_id))
+            self._route(entry, job, targets.get(key(job)))
 
-    def _route(self, entry: Entry, job: DeliveryJob, target: Target | None) -> None:
-        # Each hint's job was made once, by the one fan-out of its envelope (see workers/fanout_worker.py).
-        if target is None:  # unregistered since
+    def _route(self, entry: Entry, job: Any, target: Any) -> None:
+        # Each job was made once, by the one fan-out of its envelope (see workers/fanout_worker.py).
+        channel = None if target is None else self.source.channel_of(target)
+        if channel is None:  # unregistered since, or no channel delivers it now
             self._done(entry).ack.append(entry.id)
             return
-        if target.channel != self.channel:  # re-registered on another channel: hand it over
+        if channel != self.channel:  # re-registered on another channel: hand it over
             done = self._done(entry)
             done.ack.append(entry.id)
-            done.add_to(delivery_stream(target.channel), job.encode())
+            done.add_to(self.source.stream(channel), job.encode())
             return
         self._start(_Work(entry, job, target))
 
@@ -227,7 +302,7 @@ class DeliveryWorker:
             return
         target = work.target
         started = time.perf_counter()
-        outcome = await self.provider.send(self.render(work.job.hint, target))
+        outcome = await self.provider.send(self.source.render(self.channel, work.job, target))
         if outcome.kind is not OutcomeKind.DEFERRED:  # not attempted: no latency to tell
             seconds = time.perf_counter() - started
             self._seconds.observe(seconds)
@@ -237,7 +312,7 @@ class DeliveryWorker:
             if outcome.credentials_refused:
                 self._tally[(self.channel, CREDENTIALS_REFUSED)] += 1
         if self._record(work, outcome):
-            await self._delete_dead(work.job.recipient_id, target)
+            await self._delete_dead(self.source.key(work.job), target)
         # Acknowledged only now: a crash before this point repeats the attempt (and the deletion).
         self._done(work.entry).ack.append(work.entry.id)
 
@@ -258,6 +333,13 @@ class DeliveryWorker:
         self._tally[(self.channel, step.kind.value)] += 1
         return step.kind is OutcomeKind.DEAD
 
+    def _decode(self, entry: Entry) -> Any:
+        try:
+            return self.source.decode(entry.payload)
+        except (ValueError, TypeError, KeyError):
+            log.error("dropping an undecodable delivery entry")
+            return None
+
     def _done(self, entry: Entry) -> Commit:
         """The finished work of the entry's partition (a retry of a recipient and topic, or a hand-over,
         stays in the partition of its topic, which is its entry's)."""
@@ -266,18 +348,18 @@ class DeliveryWorker:
             commit = self._finished[entry.partition] = Commit(partition=entry.partition)
         return commit
 
-    def _delayed(self, job: DeliveryJob, due: float, *, replaceable: bool = True) -> Delayed:
+    def _delayed(self, job: Any, due: float, *, replaceable: bool = True) -> Delayed:
         key = job.retry_key if replaceable else ""
-        return Delayed(self.stream, job.encode(), due, key, job.sequence_id)
+        return Delayed(self.stream, job.encode(), due, key, self.source.rank(job))
 
-    async def _delete_dead(self, recipient_id: bytes, target: Target) -> None:
+    async def _delete_dead(self, key: Any, target: Any) -> None:
         try:
-            deleted = await self.targets.forget_if_unchanged(recipient_id, target)
+            deleted = await self.source.forget_if_unchanged(key, target)
         except Exception:
-            log.exception("could not delete a dead %s recipient", self.channel)
+            log.exception("could not forget a dead %s target", self.channel)
             return
         if deleted:
-            metrics.recipients_total.labels("dead").inc()
+            self.source.count_dead()
 
     async def _flush_loop(self, drained: asyncio.Event) -> None:
         while not drained.is_set():
@@ -311,11 +393,3 @@ class DeliveryWorker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.runtime.settings.provider_timeout_seconds + 5):
                     await self._drained.wait()
-
-
-def _decode(entry: Entry) -> DeliveryJob | None:
-    try:
-        return DeliveryJob.decode(entry.payload)
-    except (ValueError, TypeError, KeyError):
-        log.error("dropping an undecodable delivery entry")
-        return None

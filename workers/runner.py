@@ -18,7 +18,7 @@ from app.queue.ownership import PartitionOwnership
 from app.recipients.targets import RecipientTargets
 from app.recipients.types import DELIVERY_CHANNELS
 from app.runtime import STREAMS, Runtime
-from workers.delivery_worker import DeliveryWorker
+from workers.delivery_worker import DeliveryWorker, XmtpDeliveries
 from workers.fanout_worker import run_fanout
 from workers.outage import Outage
 
@@ -50,7 +50,9 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event, share: Share | None
     await asyncio.gather(
         run_fanout(runtime, queue, consumer, share, stop),
         *(
-            DeliveryWorker(runtime, queue, p, targets, f"{consumer}-{p.channel}", share).run(stop)
+            DeliveryWorker(runtime, queue, p, XmtpDeliveries(targets), f"{consumer}-{p.channel}", share).run(
+                stop
+            )
             for p in providers
         ),
         promote_retries(queue, share, stop, runtime.dependencies),

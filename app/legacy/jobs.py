@@ -1,0 +1,118 @@
+"""The legacy source's queue work: an envelope to fan out to a topic's legacy subscriptions, and
+one push to one installation, on streams of their own (`legacy.envelopes`,
+`legacy.deliveries.<channel>`) beside the new API's. Each carries the message it pushes: a legacy
+push holds the message itself, not a hint."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from app.core.channels import Channel
+
+LEGACY_ENVELOPES = "legacy.envelopes"
+
+
+def legacy_delivery_stream(channel: Channel) -> str:
+    return f"legacy.deliveries.{channel}"
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyEnvelope:
+    """An envelope as legacy subscriptions see it: its topic string, the network's time and the v3
+    message a legacy push carries."""
+
+    topic: str
+    timestamp_ns: int
+    message: bytes
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyFanoutJob:
+    envelope: LegacyEnvelope
+    received_ns: int
+    # The job covers the subscriptions whose installation id is above `after` ("": from the start).
+    after: str = ""
+
+    @property
+    def first_page(self) -> bool:
+        return not self.after
+
+    @property
+    def claim_key(self) -> str:
+        """One claim per envelope, whichever source (or listener) brought it: hashed, so nothing
+        of it is readable in the queue's keys."""
+        return "legacy:" + hashlib.sha256(self.envelope.idempotency_key.encode()).hexdigest()[:40]
+
+    def encode(self) -> bytes:
+        e = self.envelope
+        fields = [e.topic, e.timestamp_ns, _b64(e.message), e.idempotency_key, self.received_ns, self.after]
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, payload: bytes) -> LegacyFanoutJob:
+        topic, timestamp_ns, message, key, received_ns, after = json.loads(payload)
+        envelope = LegacyEnvelope(str(topic), int(timestamp_ns), base64.b64decode(message), str(key))
+        return cls(envelope, int(received_ns), str(after))
+
+
+class LegacyDeliveryJob(NamedTuple):
+    """One legacy push to one installation, as it travels on its channel's stream."""
+
+    installation_id: str
+    topic: str
+    message: bytes
+    timestamp_ns: int
+    idempotency_key: str
+    is_silent: bool
+    created_ns: int  # the subscription's creation (the HTTP delivery tells it)
+    ingested_ns: int
+    attempt: int = 1
+    all_gone: bool = True
+
+    @property
+    def retry_key(self) -> str:
+        """Retries wait under their own key: each push carries its own message, so a newer one
+        never makes an older one needless (keyed per installation and envelope)."""
+        material = f"{self.installation_id}\x00{self.idempotency_key}".encode()
+        return hashlib.sha256(material).hexdigest()[:32]
+
+    def encode(self) -> bytes:
+        fields = [
+            self.installation_id,
+            self.topic,
+            _b64(self.message),
+            self.timestamp_ns,
+            self.idempotency_key,
+            self.is_silent,
+            self.created_ns,
+            self.ingested_ns,
+            self.attempt,
+            self.all_gone,
+        ]
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, payload: bytes) -> LegacyDeliveryJob:
+        fields = json.loads(payload)
+        installation, topic, message, timestamp_ns, key, silent, created, ingested, attempt, gone = fields
+        return cls(
+            str(installation),
+            str(topic),
+            base64.b64decode(message),
+            int(timestamp_ns),
+            str(key),
+            bool(silent),
+            int(created),
+            int(ingested),
+            int(attempt),
+            bool(gone),
+        )
