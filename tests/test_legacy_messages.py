@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from dataclasses import replace
 
 import pytest
 
 from app.envelopes.parsing import parse_json_batch
 from app.envelopes.types import Envelope, EnvelopeKind
+from app.fanout.fanout_job import encode_job
 from app.legacy.messages import (
     MessageKind,
     ParsedMessage,
@@ -176,10 +178,8 @@ def test_kinds_without_a_legacy_form_have_no_message(envelope: Envelope) -> None
     assert v3_message(envelope) is None
 
 
-def xmtpd_welcome(payload: mls.WelcomeMessageInput, node: int = 100, sequence: int = 42) -> Envelope:
-    client = env.ClientEnvelope(
-        aad=env.AuthenticatedData(target_topic=WELCOME_TOPIC), welcome_message=payload
-    )
+def from_xmtpd(client: env.ClientEnvelope, node: int, sequence: int) -> Envelope:
+    """The envelope the xmtpd decoding makes of a client envelope, wrapped as a node sends it."""
     payer = env.PayerEnvelope(unsigned_client_envelope=client.SerializeToString())
     unsigned = env.UnsignedOriginatorEnvelope(
         originator_node_id=node,
@@ -190,6 +190,11 @@ def xmtpd_welcome(payload: mls.WelcomeMessageInput, node: int = 100, sequence: i
     decoded = decode(env.OriginatorEnvelope(unsigned_originator_envelope=unsigned.SerializeToString()))
     assert decoded.envelope is not None
     return decoded.envelope
+
+
+def xmtpd_welcome(payload: mls.WelcomeMessageInput, node: int = 100, sequence: int = 42) -> Envelope:
+    aad = env.AuthenticatedData(target_topic=WELCOME_TOPIC)
+    return from_xmtpd(env.ClientEnvelope(aad=aad, welcome_message=payload), node, sequence)
 
 
 def test_an_xmtpd_welcome_keeps_its_input_and_becomes_a_welcome_v1() -> None:
@@ -272,3 +277,20 @@ def test_an_envelope_of_no_xmtpd_node_is_keyed_by_its_message() -> None:
     message = base64.b64decode(VECTOR_B64)
     key = envelope_idempotency_key(envelope, GROUP_STRING, message)
     assert key == "f674ca6c319e2677c05509d0a63336fcbfdb187f"
+
+
+# --------------------------------------------------------------------------- read at enqueue time only
+
+
+def test_the_legacy_fields_add_nothing_to_a_fan_out_job() -> None:
+    plain = group_envelope()
+    carrying = replace(plain, originator_node_id=100, welcome_input=b"w" * 500, v3_message=b"m" * 500)
+    assert encode_job(carrying, 5) == encode_job(plain, 5)
+
+
+def test_an_xmtpd_group_message_knows_its_originator() -> None:
+    payload = mls.GroupMessageInput(v1=mls.GroupMessageInput.V1(data=b"d", should_push=True))
+    aad = env.AuthenticatedData(target_topic=GROUP_TOPIC)
+    envelope = from_xmtpd(env.ClientEnvelope(aad=aad, group_message=payload), 200, 9)
+    assert envelope.originator_node_id == 200 and envelope.welcome_input == b""
+    assert envelope_idempotency_key(envelope, GROUP_STRING, b"") == "200:9"
