@@ -33,6 +33,15 @@ _ENVELOPE_SCHEMA = {
         "is_commit_or_proposal": {"type": "boolean", "default": False},
         "sender_hmac": {"type": "string", "format": "byte"},
         "data": {"type": "string", "format": "byte"},
+        "message": {
+            "type": "string",
+            "format": "byte",
+            "description": (
+                "the envelope as a serialized v3 message (`xmtp.mls.api.v1.GroupMessage` or `WelcomeMessage`), "
+                "sent as it is to the legacy API's subscriptions; without it, that message is built from "
+                "the fields above (docs/legacy.md#the-v3-message)"
+            ),
+        },
     },
 }
 _ANSWER_SCHEMA = {

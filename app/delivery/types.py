@@ -45,13 +45,20 @@ class FcmExtras:
     # The `apns` block for iOS apps on FCM (priority, push type, content-available); a source
     # that sends data-only messages, as Sygnal does, leaves it out.
     apns_block: bool = True
+    # Fields laid over the v1 message once ours are written (a source's own `android`, `webpush` or
+    # `apns` blocks, whole or in part); where both set a field, these win.
+    message_fields: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class WebhookExtras:
-    """How a webhook push is signed: the receiver's Standard Webhooks key."""
+    """How a webhook push is signed, and what else its request carries."""
 
-    signing_key: bytes
+    # The receiver's Standard Webhooks key; None posts the body unsigned (a receiver that
+    # authenticates its caller by a header instead).
+    signing_key: bytes | None
+    # Headers sent as given beside ours (an operator's `authorization` for its own receiver).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

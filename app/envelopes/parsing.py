@@ -49,6 +49,7 @@ def _parse_json_envelope(item: Any, where: str) -> Envelope:
         is_commit_or_proposal=_bool(item, "is_commit_or_proposal", where),
         sender_hmac=_base64(item, "sender_hmac", where),
         data=_base64(item, "data", where),
+        v3_message=_base64(item, "message", where),
     )
 
 

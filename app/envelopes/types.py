@@ -28,3 +28,9 @@ class Envelope:
     # Backend clock when the envelope was accepted; subscriptions stored later
     # never receive it (their start position).
     received_ns: int = 0
+    # Read where envelopes are taken in only (the legacy API's v3 message, docs/legacy.md#the-v3-message),
+    # never queued with a fan-out job: the xmtpd node that originated it (None: not from xmtpd), a
+    # welcome's serialized WelcomeMessageInput, and the v3 message an ingest caller gave whole.
+    originator_node_id: int | None = None
+    welcome_input: bytes = b""
+    v3_message: bytes = b""

@@ -1,1 +1,2 @@
-"""The legacy notifications.v1 API of XMTP apps shipping today: a source of its own."""
+"""The legacy push API (`notifications.v1.Notifications`) as a source: its topics, messages,
+eligibility and payloads. Contract: docs/legacy.md."""

@@ -58,20 +58,27 @@ def decode(originator: pb.OriginatorEnvelope) -> NetworkEnvelope:
     if not topic:
         raise MalformedEnvelope
     sequence, originator_ns = unsigned.originator_sequence_id, unsigned.originator_ns
+    node = unsigned.originator_node_id
     return NetworkEnvelope(
-        unsigned.originator_node_id,
+        node,
         sequence,
         originator_ns,
         TOPIC_KINDS.get(topic[0], "other"),
-        _pushable(client, topic, sequence, originator_ns),
+        _pushable(client, topic, node, sequence, originator_ns),
     )
 
 
-def _pushable(client: pb.ClientEnvelope, topic: bytes, sequence: int, originator_ns: int) -> Envelope | None:
+def _pushable(
+    client: pb.ClientEnvelope, topic: bytes, node: int, sequence: int, originator_ns: int
+) -> Envelope | None:
     payload = client.WhichOneof("payload")
     server_ns = originator_ns if originator_ns > 0 else 0
     if topic[0] == TOPIC_KIND_WELCOME and payload == "welcome_message":
-        return Envelope(topic, sequence, server_ns, EnvelopeKind.WELCOME)
+        # Serialized again only for welcomes: the legacy API sends their fields on.
+        welcome = client.welcome_message.SerializeToString()
+        return Envelope(
+            topic, sequence, server_ns, EnvelopeKind.WELCOME, originator_node_id=node, welcome_input=welcome
+        )
     if topic[0] != TOPIC_KIND_GROUP or payload != "group_message":
         return None
     group_message = client.group_message
@@ -88,4 +95,5 @@ def _pushable(client: pb.ClientEnvelope, topic: bytes, sequence: int, originator
         is_commit_or_proposal(data),
         v1.sender_hmac,
         data,
+        originator_node_id=node,
     )

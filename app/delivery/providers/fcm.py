@@ -106,11 +106,15 @@ ANDROID_PRIORITIES = {Priority.NORMAL: "normal", Priority.HIGH: "high"}
 
 
 class _Message(messaging.Message):  # type: ignore[misc]
-    """A v1 message with the fields of a push's `fcm_options` to merge under ours."""
+    """A v1 message with the fields of a push's `fcm_options` to merge under ours, and its
+    `message_fields` to lay over them."""
 
-    def __init__(self, base_fields: Mapping[str, Any] | None, **fields: Any) -> None:
+    def __init__(
+        self, base_fields: Mapping[str, Any] | None, over_fields: Mapping[str, Any] | None, **fields: Any
+    ) -> None:
         super().__init__(**fields)
         self.base_fields = base_fields  # not `fcm_options`: the library's message has one of its own
+        self.over_fields = over_fields
 
 
 def fcm_message(push: Push) -> messaging.Message | None:
@@ -132,6 +136,7 @@ def fcm_message(push: Push) -> messaging.Message | None:
         warnings.filterwarnings("ignore", message="Message.token is deprecated", category=DeprecationWarning)
         return _Message(
             extras.fcm_options,
+            extras.message_fields,
             token=push.address,
             data=dict(push.payload),
             android=messaging.AndroidConfig(
@@ -267,6 +272,9 @@ class _EndpointMessagingService(messaging._MessagingService):  # type: ignore[mi
         base_fields = getattr(message, "base_fields", None)
         if base_fields:
             data["message"] = merged(base_fields, data["message"])
+        over_fields = getattr(message, "over_fields", None)
+        if over_fields:
+            data["message"] = merged(data["message"], over_fields)
         return data
 
     def connection_counts(self) -> tuple[int, int]:

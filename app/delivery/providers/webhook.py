@@ -100,13 +100,23 @@ def _outcome_of(status: int) -> Outcome:
     return REJECTED  # 3xx included: redirects are refused
 
 
+@functools.lru_cache(maxsize=16)
+def not_gone(status: int) -> Outcome:
+    """A 404 or 410 from an endpoint that cannot be gone: refused, with what the status is."""
+    return dataclasses.replace(REJECTED, reason=_status_name(status))
+
+
 def status_meaning(status: int) -> str:
-    try:
-        name = f"HTTP {status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        name = f"HTTP {status}"
+    name = _status_name(status)
     meaning = STATUS_MEANINGS.get(status) or CLASS_MEANINGS.get(status // 100)
     return f"{name}: {meaning}" if meaning else name
+
+
+def _status_name(status: int) -> str:
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
 
 
 def unanswered(error: BaseException) -> Outcome:
@@ -121,6 +131,21 @@ def unanswered(error: BaseException) -> Outcome:
     if isinstance(error, aiohttp.ServerDisconnectedError | ConnectionResetError):
         return CLOSED
     return UNREACHABLE
+
+
+UNSIGNED_HEADERS = {"content-type": "application/json"}
+
+
+def request_headers(extras: WebhookExtras, message_id: str | None, body: bytes) -> dict[str, str]:
+    """The headers of a post: signed when the push has a key (its id is then set), plus its own."""
+    key = extras.signing_key
+    if key is None or message_id is None:
+        headers = dict(UNSIGNED_HEADERS)
+    else:
+        headers = signed_headers(key, message_id, int(time.time()), body)
+    if extras.headers:
+        headers.update(extras.headers)
+    return headers
 
 
 def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
@@ -145,6 +170,9 @@ class WebhookConfig:
     policy: UrlPolicy
     max_per_host: int = MAX_PER_HOST
     proxy: EgressProxy = DIRECT  # XMTP_PUSH_WEBHOOK_PROXY
+    # Whether a 404 or 410 says the webhook is gone (a receiver registered by a client). False for
+    # an endpoint of the deployment's own configuration, which no answer removes: they are refusals.
+    gone_is_dead: bool = True
 
 
 class WebhookProvider:
@@ -159,9 +187,11 @@ class WebhookProvider:
         max_per_host: int = MAX_PER_HOST,
         app: AppName = DEFAULT_APP,
         proxy: EgressProxy = DIRECT,
+        gone_is_dead: bool = True,
     ) -> None:
         self.app = app
         self._policy = policy
+        self._gone_is_dead = gone_is_dead
         self._hosts = HostGuard(max_per_host)
         self._lookups = SharedLookups()
         # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
@@ -180,14 +210,21 @@ class WebhookProvider:
         proxy: EgressProxy = DIRECT,
     ) -> WebhookProvider:
         """`proxy` (the providers') is not the receivers': they follow the config's own."""
-        hosts = config.max_per_host
-        return cls(config.policy, timeout_seconds, max_per_host=hosts, app=app, proxy=config.proxy)
+        return cls(
+            config.policy,
+            timeout_seconds,
+            max_per_host=config.max_per_host,
+            app=app,
+            proxy=config.proxy,
+            gone_is_dead=config.gone_is_dead,
+        )
 
     async def send(self, push: Push) -> Outcome:
         body, extras, message_id = push.payload, push.extras, push.message_id
-        if not isinstance(extras, WebhookExtras) or message_id is None or not isinstance(body, bytes):
+        if not isinstance(extras, WebhookExtras) or not isinstance(body, bytes):
             return REJECTED
-        key = extras.signing_key
+        if extras.signing_key is not None and message_id is None:  # nothing to sign as webhook-id
+            return REJECTED
         try:
             checked = await check_webhook_url(push.address, self._policy, self._lookups)
         except UrlNotResolved:
@@ -199,13 +236,15 @@ class WebhookProvider:
         if wait is not None:  # a parked host's pushes may be replaced while they wait; a busy one's not
             return deferred(wait, replaceable=self._hosts.is_parked(destination))
         outcome, answered, started = UNREACHABLE, False, time.monotonic()
-        headers = signed_headers(key, message_id, int(time.time()), body)
+        headers = request_headers(extras, message_id, body)
         # Posted here rather than in a helper coroutine: one frame less to build and resume per attempt.
         try:
             with self._deadlines.bound():
                 async with self._session.post(checked, body, headers) as response:
                     await read_answer(response)
                     outcome, answered = outcome_for_status(response.status), True
+            if outcome.kind is OutcomeKind.DEAD and not self._gone_is_dead:
+                outcome = not_gone(response.status)
         except TRANSIENT_ERRORS as error:
             outcome = unanswered(error)
         except aiohttp.ClientError:

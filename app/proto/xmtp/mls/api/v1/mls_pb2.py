@@ -22,25 +22,37 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from app.proto.xmtp.mls.message_contents import welcome_pointer_pb2 as xmtp_dot_mls_dot_message__contents_dot_welcome__pointer__pb2
+from app.proto.xmtp.mls.message_contents import wrapper_encryption_pb2 as xmtp_dot_mls_dot_message__contents_dot_wrapper__encryption__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xmtp/mls/api/v1/mls.proto\x12\x0fxmtp.mls.api.v1\"\x91\x01\n\x11GroupMessageInput\x12\x33\n\x02v1\x18\x01 \x01(\x0b\x32%.xmtp.mls.api.v1.GroupMessageInput.V1H\x00\x1a<\n\x02V1\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x0bsender_hmac\x18\x02 \x01(\x0c\x12\x13\n\x0bshould_push\x18\x03 \x01(\x08\x42\t\n\x07version\"\xbf\x01\n\x13WelcomeMessageInput\x12\x35\n\x02v1\x18\x01 \x01(\x0b\x32\'.xmtp.mls.api.v1.WelcomeMessageInput.V1H\x00\x12N\n\x0fwelcome_pointer\x18\x02 \x01(\x0b\x32\x33.xmtp.mls.api.v1.WelcomeMessageInput.WelcomePointerH\x00\x1a\x04\n\x02V1\x1a\x10\n\x0eWelcomePointerB\t\n\x07version\"\x19\n\x17UploadKeyPackageRequestb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xmtp/mls/api/v1/mls.proto\x12\x0fxmtp.mls.api.v1\x1a/xmtp/mls/message_contents/welcome_pointer.proto\x1a\x32xmtp/mls/message_contents/wrapper_encryption.proto\"\x91\x01\n\x11GroupMessageInput\x12\x33\n\x02v1\x18\x01 \x01(\x0b\x32%.xmtp.mls.api.v1.GroupMessageInput.V1H\x00\x1a<\n\x02V1\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x0bsender_hmac\x18\x02 \x01(\x0c\x12\x13\n\x0bshould_push\x18\x03 \x01(\x08\x42\t\n\x07version\"\x8d\x04\n\x13WelcomeMessageInput\x12\x35\n\x02v1\x18\x01 \x01(\x0b\x32\'.xmtp.mls.api.v1.WelcomeMessageInput.V1H\x00\x12N\n\x0fwelcome_pointer\x18\x02 \x01(\x0b\x32\x33.xmtp.mls.api.v1.WelcomeMessageInput.WelcomePointerH\x00\x1a\xae\x01\n\x02V1\x12\x18\n\x10installation_key\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x17\n\x0fhpke_public_key\x18\x03 \x01(\x0c\x12M\n\x11wrapper_algorithm\x18\x04 \x01(\x0e\x32\x32.xmtp.mls.message_contents.WelcomeWrapperAlgorithm\x12\x18\n\x10welcome_metadata\x18\x07 \x01(\x0c\x1a\xb2\x01\n\x0eWelcomePointer\x12\x18\n\x10installation_key\x18\x01 \x01(\x0c\x12\x17\n\x0fwelcome_pointer\x18\x02 \x01(\x0c\x12\x17\n\x0fhpke_public_key\x18\x03 \x01(\x0c\x12T\n\x11wrapper_algorithm\x18\x04 \x01(\x0e\x32\x39.xmtp.mls.message_contents.WelcomePointerWrapperAlgorithmB\t\n\x07version\"\xcd\x01\n\x0cGroupMessage\x12.\n\x02v1\x18\x01 \x01(\x0b\x32 .xmtp.mls.api.v1.GroupMessage.V1H\x00\x1a\x81\x01\n\x02V1\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x12\n\ncreated_ns\x18\x02 \x01(\x04\x12\x10\n\x08group_id\x18\x03 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x13\n\x0bsender_hmac\x18\x05 \x01(\x0c\x12\x13\n\x0bshould_push\x18\x06 \x01(\x08\x12\x11\n\tis_commit\x18\x07 \x01(\x08\x42\t\n\x07version\"\xbe\x04\n\x0eWelcomeMessage\x12\x30\n\x02v1\x18\x01 \x01(\x0b\x32\".xmtp.mls.api.v1.WelcomeMessage.V1H\x00\x12I\n\x0fwelcome_pointer\x18\x02 \x01(\x0b\x32..xmtp.mls.api.v1.WelcomeMessage.WelcomePointerH\x00\x1a\xce\x01\n\x02V1\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x12\n\ncreated_ns\x18\x02 \x01(\x04\x12\x18\n\x10installation_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x17\n\x0fhpke_public_key\x18\x05 \x01(\x0c\x12M\n\x11wrapper_algorithm\x18\x06 \x01(\x0e\x32\x32.xmtp.mls.message_contents.WelcomeWrapperAlgorithm\x12\x18\n\x10welcome_metadata\x18\x07 \x01(\x0c\x1a\xd2\x01\n\x0eWelcomePointer\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x12\n\ncreated_ns\x18\x02 \x01(\x04\x12\x18\n\x10installation_key\x18\x03 \x01(\x0c\x12\x17\n\x0fwelcome_pointer\x18\x04 \x01(\x0c\x12\x17\n\x0fhpke_public_key\x18\x05 \x01(\x0c\x12T\n\x11wrapper_algorithm\x18\x06 \x01(\x0e\x32\x39.xmtp.mls.message_contents.WelcomePointerWrapperAlgorithmB\t\n\x07version\"\x19\n\x17UploadKeyPackageRequestb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xmtp.mls.api.v1.mls_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GROUPMESSAGEINPUT']._serialized_start=47
-  _globals['_GROUPMESSAGEINPUT']._serialized_end=192
-  _globals['_GROUPMESSAGEINPUT_V1']._serialized_start=121
-  _globals['_GROUPMESSAGEINPUT_V1']._serialized_end=181
-  _globals['_WELCOMEMESSAGEINPUT']._serialized_start=195
-  _globals['_WELCOMEMESSAGEINPUT']._serialized_end=386
-  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_start=121
-  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_end=125
-  _globals['_WELCOMEMESSAGEINPUT_WELCOMEPOINTER']._serialized_start=359
-  _globals['_WELCOMEMESSAGEINPUT_WELCOMEPOINTER']._serialized_end=375
-  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_start=388
-  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_end=413
+  _globals['_GROUPMESSAGEINPUT']._serialized_start=148
+  _globals['_GROUPMESSAGEINPUT']._serialized_end=293
+  _globals['_GROUPMESSAGEINPUT_V1']._serialized_start=222
+  _globals['_GROUPMESSAGEINPUT_V1']._serialized_end=282
+  _globals['_WELCOMEMESSAGEINPUT']._serialized_start=296
+  _globals['_WELCOMEMESSAGEINPUT']._serialized_end=821
+  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_start=455
+  _globals['_WELCOMEMESSAGEINPUT_V1']._serialized_end=629
+  _globals['_WELCOMEMESSAGEINPUT_WELCOMEPOINTER']._serialized_start=632
+  _globals['_WELCOMEMESSAGEINPUT_WELCOMEPOINTER']._serialized_end=810
+  _globals['_GROUPMESSAGE']._serialized_start=824
+  _globals['_GROUPMESSAGE']._serialized_end=1029
+  _globals['_GROUPMESSAGE_V1']._serialized_start=889
+  _globals['_GROUPMESSAGE_V1']._serialized_end=1018
+  _globals['_WELCOMEMESSAGE']._serialized_start=1032
+  _globals['_WELCOMEMESSAGE']._serialized_end=1606
+  _globals['_WELCOMEMESSAGE_V1']._serialized_start=1176
+  _globals['_WELCOMEMESSAGE_V1']._serialized_end=1382
+  _globals['_WELCOMEMESSAGE_WELCOMEPOINTER']._serialized_start=1385
+  _globals['_WELCOMEMESSAGE_WELCOMEPOINTER']._serialized_end=1595
+  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_start=1608
+  _globals['_UPLOADKEYPACKAGEREQUEST']._serialized_end=1633
 # @@protoc_insertion_point(module_scope)
