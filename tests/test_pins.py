@@ -22,6 +22,7 @@ ADJUSTED = {
     "py-vapid": "README.md",
     "http-ece": "README.md",
     "grpcio": "README.md",
+    "pyjwt": "README.md",
 }
 EXACT = re.compile(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^;,\s]+)$")
 

@@ -234,6 +234,7 @@ def _marmot(settings: Settings, args: argparse.Namespace) -> None:
 
 def run_loop(settings: Settings, main: Coroutine[Any, Any, None]) -> None:
     from app.api.grpc_server import PortUnavailable
+    from app.auth.key_source import KeysUnavailable
     from app.queue.base import PartitionCountMismatch
 
     try:
@@ -245,6 +246,9 @@ def run_loop(settings: Settings, main: Coroutine[Any, Any, None]) -> None:
     except PartitionCountMismatch as error:  # a setting that does not fit the queue: one line, exit 2
         print(f"xmtp-push: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeysUnavailable as error:  # no usable JWKS at start, or none for too long: one line, exit 10
+        print(f"xmtp-push: {error}", file=sys.stderr)
+        raise SystemExit(10) from None
 
 
 def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:

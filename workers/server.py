@@ -19,6 +19,7 @@ from app.api.health import create_probe_app
 from app.api.main import create_app, create_gateway_app, served
 from app.api.read_slots import ReadSlots
 from app.api.request_ids import RequestIds
+from app.auth.caller_auth import CallerAuth, opened_caller_auth
 from app.core.collector import settle_after_start_up
 from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.probes import Check, Probes
@@ -62,6 +63,7 @@ class ApiServers:
     grpc: grpc.aio.Server
     http_port: int
     grpc_port: int
+    caller_auth: CallerAuth | None = None
 
 
 @dataclass(slots=True)
@@ -138,13 +140,17 @@ async def running_api(runtime: Runtime, *, fans_out: bool = False) -> AsyncItera
     workers run in this process too (`dev`), so its readiness includes the read replica's."""
     settings = runtime.settings
     slots = ReadSlots()  # the request bodies both servers read at once, bounded together
-    grpc_server, grpc_port = await start_grpc_server(runtime, settings.grpc_host, settings.grpc_port, slots)
-    app = create_app(runtime, reads_replica=fans_out, read_slots=slots)
-    try:
-        async with running_http(served(app), settings, settings.http_port, "HTTP") as http:
-            yield ApiServers(http.server, http.task, grpc_server, http.port, grpc_port)
-    finally:
-        await grpc_server.stop(GRACE_SECONDS)
+    # The key set is loaded before either port is bound: /healthz answers only once calls can be checked.
+    async with opened_caller_auth(settings) as caller_auth:
+        grpc_server, grpc_port = await start_grpc_server(
+            runtime, settings.grpc_host, settings.grpc_port, slots, caller_auth=caller_auth
+        )
+        app = create_app(runtime, reads_replica=fans_out, read_slots=slots, caller_auth=caller_auth)
+        try:
+            async with running_http(served(app), settings, settings.http_port, "HTTP") as http:
+                yield ApiServers(http.server, http.task, grpc_server, http.port, grpc_port, caller_auth)
+        finally:
+            await grpc_server.stop(GRACE_SECONDS)
 
 
 @contextlib.asynccontextmanager
@@ -250,8 +256,12 @@ async def _serve_until_stopped(runtime: Runtime, servers: ApiServers, stop: asyn
         host_port(settings.http_host, servers.http_port),
         host_port(settings.grpc_host, servers.grpc_port),
     )
-    await _first_of(stop.wait(), servers.http_task)
+    jwks = servers.caller_auth.jwks if servers.caller_auth else None
+    expired = jwks.expired.wait() if jwks else asyncio.Event().wait()
+    await _first_of(expired, stop.wait(), servers.http_task)
     log.info("stopping")
+    if jwks is not None and jwks.expired.is_set():  # the servers finish their calls on the way out
+        raise jwks.expiry_error()
 
 
 def host_port(host: str, port: int) -> str:

@@ -43,8 +43,18 @@ class ConnectionLimits:
 CONNECTION_LIMITS = ConnectionLimits()
 
 
-def server_options(limits: ConnectionLimits) -> list[tuple[str, Any]]:
-    return [
+# With caller authentication on, a call's metadata may hold an 8192-byte bearer token beside its other
+# headers: grpcio's default limit (8 KiB) would refuse it before the check could say `malformed`.
+AUTH_METADATA_BYTES = 32 * 1024
+
+
+def server_options(limits: ConnectionLimits, *, metadata_bytes: int | None = None) -> list[tuple[str, Any]]:
+    # Both the soft limit (above which grpc refuses some calls at random) and the hard one.
+    metadata = [
+        ("grpc.max_metadata_size", metadata_bytes),
+        ("grpc.absolute_max_metadata_size", metadata_bytes),
+    ]
+    return (metadata if metadata_bytes else []) + [
         # No message of this API comes near 4 MiB (1000 adds of 17..33-byte topics with three 42-byte
         # keys each is about 170 KiB).
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -3,7 +3,8 @@
 method of every service served, labelled `grpc_service`, `grpc_method`, `grpc_type` and (handled)
 `grpc_code` (the Go names: `OK`, `InvalidArgument`, `DeadlineExceeded`, ...).
 
-`CallMetrics` is the server's one interceptor and holds the others' changes (`serve`: BoundedReads'),
+`CallMetrics` holds the other interceptors' changes to a served method (`serve`: BoundedReads', and
+caller authentication's guard when it is on: app/api/auth_grpc.py),
 so that a method is labelled by the type its service declares (a unary method stays `unary` when it is
 served as a streaming-request one, to read its message under a slot), and a call is counted with the
 code it ended with, whoever ended it: the handler, an abort, the read bound, the caller's cancel. A
@@ -141,9 +142,9 @@ def _observed(handler: Handler, series: _Series) -> Handler:
 
 class CallMetrics(Interceptor):
     """Counts and times every call of a served method; `serve` is how the server serves a method's
-    handler (its other interceptors' changes), applied inside the counting."""
+    handler (its other interceptors' changes, given the method's path), applied inside the counting."""
 
-    def __init__(self, serve: Callable[[Handler], Handler] = lambda handler: handler) -> None:
+    def __init__(self, serve: Callable[[str, Handler], Handler] = lambda method, handler: handler) -> None:
         self.serve = serve
         self._series: dict[str, _Series] = {}
 
@@ -159,4 +160,4 @@ class CallMetrics(Interceptor):
         series = self._series.get(method)
         if series is None:
             series = self._series[method] = _Series(_labels(method, handler))
-        return _observed(self.serve(handler), series)
+        return _observed(self.serve(method, handler), series)

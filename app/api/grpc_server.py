@@ -16,12 +16,21 @@ import grpc
 from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from app.api.auth_grpc import GrpcAuth
 from app.api.calls import METHODS, SERVICE_NAME, Method, invoke
 from app.api.error_details import grpc_trailers
-from app.api.grpc_bounds import CONNECTION_LIMITS, BoundedReads, ConnectionLimits, server_options
+from app.api.grpc_bounds import (
+    AUTH_METADATA_BYTES,
+    CONNECTION_LIMITS,
+    BoundedReads,
+    ConnectionLimits,
+    server_options,
+)
 from app.api.grpc_metrics import CallMetrics
+from app.api.grpc_metrics import Handler as MethodHandler
 from app.api.legacy_calls import LEGACY_METHODS, LEGACY_SERVICE_NAME
 from app.api.read_slots import ReadSlots
+from app.auth.caller_auth import CallerAuth
 from app.core.errors import Code, DomainError
 from app.runtime import Runtime
 
@@ -108,17 +117,30 @@ async def start_grpc_server(
     port: int,
     slots: ReadSlots | None = None,
     limits: ConnectionLimits = CONNECTION_LIMITS,
+    caller_auth: CallerAuth | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the bound port (useful when port is 0). `slots`: the
-    process's read slots, shared with its HTTP server (a set of its own when None)."""
+    process's read slots, shared with its HTTP server (a set of its own when None); `caller_auth`: the
+    process's caller authentication, when on."""
     reads = BoundedReads(slots or ReadSlots(), runtime.settings.request_timeout_seconds)
-    # One interceptor: the metrics count each call around the bounded read (see app/api/grpc_metrics.py).
-    server = grpc.aio.server(options=server_options(limits), interceptors=[CallMetrics(reads.serve)])
+    guard = GrpcAuth(caller_auth.authenticator) if caller_auth else None
+
+    def serve(method: str, handler: MethodHandler) -> MethodHandler:
+        bounded = reads.serve(handler)
+        return guard.guarded(method, bounded) if guard else bounded
+
+    # The metrics count each call around the guard and the bounded read (see app/api/grpc_metrics.py);
+    # the guard's own interceptor comes first, for a method of the service nobody serves.
+    counted = CallMetrics(serve)
+    options = server_options(limits, metadata_bytes=AUTH_METADATA_BYTES if guard else None)
+    server = grpc.aio.server(options=options, interceptors=[guard, counted] if guard else [counted])
     services = served_services(runtime)
     server.add_generic_rpc_handlers(tuple(service_handler(runtime, n, m) for n, m in services.items()))
     # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if caller_auth is not None and caller_auth.jwks is not None:
+        caller_auth.jwks.on_expiry(lambda: _not_serving(health_servicer))
     taken = PortUnavailable(f"gRPC address {host}:{port} is in use or cannot be bound")
     if port and _in_use(host, port):
         raise taken
@@ -132,3 +154,9 @@ async def start_grpc_server(
     for name in ("", *services):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound
+
+
+async def _not_serving(health_servicer: Any) -> None:
+    """The key set expired: health answers NOT_SERVING while the process stops."""
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

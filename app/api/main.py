@@ -8,7 +8,9 @@ from starlette.types import ASGIApp
 
 from app import __version__
 from app.api import connect, health, ingest, matrix, status
+from app.api.auth_http import ConnectAuth
 from app.api.read_slots import ReadSlots
+from app.auth.caller_auth import CallerAuth
 from app.core.probes import Probes
 from app.matrix.service import Gateway
 from app.runtime import Runtime
@@ -22,11 +24,16 @@ DESCRIPTION = (
 
 
 def create_app(
-    runtime: Runtime | None = None, *, reads_replica: bool = False, read_slots: ReadSlots | None = None
+    runtime: Runtime | None = None,
+    *,
+    reads_replica: bool = False,
+    read_slots: ReadSlots | None = None,
+    caller_auth: CallerAuth | None = None,
 ) -> FastAPI:
     """Build the app around a started runtime (None only to render the OpenAPI document);
     `reads_replica`: the process reads from the read replica too, so it is ready only with it;
-    `read_slots`: the process's, shared with its gRPC server (a set of its own when None)."""
+    `read_slots`: the process's, shared with its gRPC server (a set of its own when None);
+    `caller_auth`: the process's caller authentication, when on."""
     # /docs is Swagger UI with its script, style and icon served from the fastapi-offline package
     # under /docs/static: it works on a host that reaches no CDN. Swagger UI's validator badge (an
     # image from its public validator site) is off for the same reason.
@@ -43,6 +50,13 @@ def create_app(
     if runtime is not None:
         checks = ("database", "redis", "replica") if reads_replica else ("database", "redis")
         app.state.probes = runtime.probes(*checks)
+        if caller_auth is not None and caller_auth.jwks is not None:  # a key set too stale: not ready
+            probes = app.state.probes
+            app.state.probes = Probes(
+                {**probes.checks, "auth_keys": caller_auth.jwks.fresh_check}, probes.sample
+            )
+    if caller_auth is not None:  # before routing, so an unknown method or verb is refused as a known one
+        app.add_middleware(ConnectAuth, authenticator=caller_auth.authenticator)
     app.state.gateway = runtime.matrix if runtime is not None else None
     app.include_router(connect.router)
     if runtime is None or runtime.settings.legacy_api_enabled:

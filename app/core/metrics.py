@@ -31,6 +31,12 @@ grpc_server_handling_seconds = Histogram(
     buckets=RPC_BUCKETS,
 )
 
+# Calls of NotificationService refused by caller authentication, by reason (app/auth/rejections.py:
+# missing | malformed | unsupported_alg | untrusted | expired | not_yet_valid | audience | issuer | scope).
+auth_rejections_total = Counter(
+    "xmtp_push_auth_rejections", "Calls refused by caller authentication", ["reason"]
+)
+
 DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # result: ingested | ineligible | fanned_out

@@ -13,6 +13,8 @@ from redis.asyncio import Redis
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.auth.jwks import FetchFailed, fetch_key_set, jwks_host
+from app.auth.key_source import JWKS_URL
 from app.core.config import ENV_PREFIX, Settings, SettingsError
 from app.core.migrations import head_revision
 from app.delivery.registry import CHANNELS, FLAT_CHANNELS, DefaultApp, ways_to_configure
@@ -22,6 +24,7 @@ from app.marmot.keys import InvalidServerKey, ServerKey
 from app.marmot.startup import start_problems
 from app.matrix.config import load_gateway_config
 from app.ops.failures import (
+    AUTH_KEYS_UNAVAILABLE,
     CHECK_FAILED,
     DATABASE_NOT_MIGRATED,
     DATABASE_READ_URL,
@@ -234,10 +237,27 @@ def _setting_checks(settings: Settings, roles: tuple[str, ...]) -> list[Check]:
     return checks
 
 
+async def auth_check(settings: Settings) -> Check:
+    """Caller authentication's keys: the JWKS fetched once (its settings were checked on loading)."""
+    keys = len(settings.auth_api_keys or ())
+    if not settings.auth_jwks_url:
+        inline = len(settings.auth_keys or ())
+        return Check("auth", True, f"on ({keys} API keys; {inline} inline JWT keys)")
+    host = jwks_host(settings.auth_jwks_url)
+    try:
+        found = await fetch_key_set(settings.auth_jwks_url)
+    except FetchFailed as error:
+        detail = f"{JWKS_URL}: no usable key set from {host} ({error})"
+        return Check("auth", False, detail, AUTH_KEYS_UNAVAILABLE)
+    return Check("auth", True, f"on ({keys} API keys; JWT keys: {len(found)} from {host})")
+
+
 async def run_checks(settings: Settings, roles: tuple[str, ...] = ()) -> list[Check]:
     """What `roles` need (the present ones when none is named), and nothing else."""
     roles = roles or present_roles(settings)
     checks = _required_checks(settings, roles) + _setting_checks(settings, roles)
+    if settings.auth_enabled and {"dev", "api"} & set(roles):
+        checks.append(await auth_check(settings))
     if any(role in XMTP_ROLES for role in roles):
         async with open_runtime(settings, sends=False) as runtime:
             checks += await dependency_checks(runtime, replica=True)
