@@ -19,6 +19,7 @@ from app.core.probes import Check, Probes
 from app.delivery.egress import EgressProxy
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.url_policy import UrlPolicy
+from app.legacy.deliveries import legacy_apps
 from app.legacy.service import LegacyRules
 from app.matrix.config import GatewayConfig, HttpSection, load_gateway_config
 from app.matrix.duplicates import DeliveredMemory, ProcessMemory, RedisMemory
@@ -223,7 +224,7 @@ async def open_runtime(
             matrix_gateway = None
             if sends:
                 matrix = load_matrix_apps(settings) if gateway else None
-                providers = _build_providers(settings, default_apps(settings), matrix)
+                providers = _build_providers(settings, default_apps(settings) + legacy_apps(settings), matrix)
                 if matrix is not None:
                     _say_http_section_unused(matrix)
                     matrix_gateway = await stack.enter_async_context(

@@ -22,6 +22,7 @@ import grpc
 from app.core import metrics
 from app.envelopes.types import Envelope
 from app.fanout.service import enqueue_envelopes
+from app.legacy.fanout import enqueue_legacy, from_network
 from app.network import repository
 from app.network.decoding import MalformedEnvelope, decode
 from app.ops.failures import tell_or_log
@@ -252,6 +253,8 @@ class Listener:
             self._count(kinds, dropped, now_ns, last_ns)
         if pushable:
             await enqueue_envelopes(self.queue, pushable)
+            if self.runtime.settings.legacy_api_enabled:
+                await enqueue_legacy(self.queue, from_network(pushable))
         # Only once queued: what failed to queue is read again by the next catch-up, not a duplicate.
         self._remember(fresh)
         self._raise_marks(newest)

@@ -24,6 +24,7 @@ class SubscriberRow(NamedTuple):
     is_silent: bool
     created_ns: int
     key: bytes | None  # the subscription's key for the envelope's period
+    kind: int  # the installation's mechanism kind
 
 
 class LegacyTarget(NamedTuple):
@@ -120,7 +121,7 @@ async def unsubscribe(session: AsyncSession, installation_id: str, topics: Seque
 
 
 _PAGE = (
-    select(Sub.installation_id, Sub.is_silent, Sub.created_ns, Key.key)
+    select(Sub.installation_id, Sub.is_silent, Sub.created_ns, Key.key, Installation.kind)
     .join(Installation, Installation.id == Sub.installation_id)
     .outerjoin(
         Key,
