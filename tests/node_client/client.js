@@ -39,6 +39,7 @@ function calls(name) {
     ["registerInstallation", { installationId: phone, deliveryMechanism: apns("a".repeat(64)) }],
     ["registerInstallation", { installationId: hook, deliveryMechanism: custom(`${name}-token`) }],
     ["subscribe", { installationId: phone, topics: [group(1), group(2), group(1)] }],
+    ["unsubscribe", { installationId: phone, topics: [group(2)] }],
     [
       "subscribeWithMetadata",
       {
@@ -53,12 +54,12 @@ function calls(name) {
         ],
       },
     ],
-    ["unsubscribe", { installationId: phone, topics: [group(2)] }],
     ["deleteInstallation", { installationId: hook }],
     // Refused: each changes nothing.
     ["registerInstallation", { installationId: "", deliveryMechanism: apns("a") }],
     ["registerInstallation", { installationId: `${name}-bare` }],
     ["subscribe", { installationId: phone, topics: ["t".repeat(257)] }],
+    ["subscribe", { installationId: phone, topics: [group(4)] }], // a fourth topic: over the test's limit
   ];
 }
 
