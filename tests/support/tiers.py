@@ -191,6 +191,8 @@ PACKAGES = {
     "chromium": "chromium",
     "docker-compose": "docker-compose",
     "nginx": "nginx-light",
+    "node": "nodejs",
+    "npm": "npm",
     "promtool": "prometheus",
     "redis-server": "redis-server",
 }
