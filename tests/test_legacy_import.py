@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 
@@ -333,3 +334,45 @@ def test_the_report_is_counts_in_words() -> None:
         "imported installations expire in 60 s (XMTP_PUSH_LEGACY_INSTALLATION_TTL_SECONDS) unless their app "
         "registers again",
     ]
+
+
+@pytest.mark.slow
+async def test_a_large_database_is_read_and_committed_in_batches(fresh_postgres: str) -> None:
+    """More rows than a batch: every one is imported, and a second run finds every one here."""
+    many = 2 * go_import.BATCH_ROWS + 500
+    async with go_server_database(BINARY_TOPICS) as source:
+        connection = await asyncpg.connect(source)
+        try:
+            await connection.execute(MANY_ROWS, many)
+        finally:
+            await connection.close()
+        settings = make_settings(fresh_postgres)
+        first, _ = await import_go_database(settings, source, dry_run=False)
+        again, _ = await import_go_database(settings, source, dry_run=False)
+    assert (first.installations.imported, first.subscriptions.imported, first.keys.imported) == (
+        5 + many,
+        11 + many,
+        6 + many,
+    )
+    assert first.installations.of_which["without a delivery mechanism"] == 2
+    assert again.installations.skipped["already here"] == 5 + many and again.keys.imported == 0
+    rows = await stored(fresh_postgres)
+    assert [len(rows[name]) for name in ("installations", "subscriptions", "keys")] == [
+        5 + many,
+        11 + many,
+        6 + many,
+    ]
+
+
+# `many` installations with a mechanism each, a subscription to a group of their own and its key.
+MANY_ROWS = """
+WITH n AS (SELECT generate_series(1, $1) AS n),
+i AS (INSERT INTO installations (id) SELECT 'many-' || n FROM n RETURNING id),
+m AS (INSERT INTO device_delivery_mechanisms (installation_id, kind, token) SELECT id, 'apns', 'tok-' || id FROM i),
+s AS (
+    INSERT INTO subscriptions (installation_id, topic, is_active)
+    SELECT 'many-' || n, '\\x00'::bytea || decode(lpad(to_hex(n), 32, '0'), 'hex'), TRUE FROM n
+    RETURNING id
+)
+INSERT INTO subscription_hmac_keys (subscription_id, thirty_day_periods_since_epoch, key) SELECT id, 671, '\\x01'::bytea FROM s
+"""

@@ -12,7 +12,7 @@ row count. Each row becomes one of our values or the reason it is skipped; nothi
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -133,8 +133,12 @@ async def _read_only(engine: Any) -> AsyncIterator[AsyncConnection]:
     try:
         yield connection
     finally:
-        await transaction.rollback()  # it wrote nothing: ending it so is the same as committing
-        await connection.close()
+        # It wrote nothing: a rollback ends it as a commit would. A connection lost meanwhile has
+        # already been told as the failure it is; its cleanup failing too says nothing more.
+        with suppress(Exception):
+            await transaction.rollback()
+        with suppress(Exception):
+            await connection.close()
 
 
 _COLUMNS = """
