@@ -285,7 +285,7 @@ MATRIX_SERVING = {"dev", "api", "gateway"}
 # Commands whose pushes use the flat settings' channels (`listen` only reads the network).
 SENDING = {"dev", "api", "worker", "marmot", "send-test"}
 # Commands meant for a person: their answer on stdout, and only log lines that call for attention.
-FOR_A_PERSON = {"config", "stats", "send-test", "migrate", "healthcheck"}
+FOR_A_PERSON = {"config", "stats", "send-test", "migrate", "healthcheck", "legacy"}
 
 
 def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -296,6 +296,7 @@ def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
         "stats": commands.run_stats,
         "config": commands.run_config_check,
         "healthcheck": commands.run_healthcheck,
+        "legacy": commands.run_legacy_import,
     }[args.command]
     with expected_failures(settings):
         return runner(settings, args)

@@ -9,7 +9,13 @@ from sqlalchemy import and_, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.database import fetch_rows, upsert_insert
-from app.legacy.commands import Mechanism, SubscriptionSpec
+from app.legacy.commands import (
+    ImportedInstallation,
+    ImportedKey,
+    ImportedSubscription,
+    Mechanism,
+    SubscriptionSpec,
+)
 from app.legacy.models import LegacyHmacKey, LegacyInstallation, LegacySubscription
 
 Installation = LegacyInstallation
@@ -215,3 +221,73 @@ async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> i
         await session.execute(delete(Sub).where(tuple_(Sub.installation_id, Sub.topic).in_(stale)))
     await session.flush()
     return len(expired)
+
+
+# --- an import of the Go server's database (app.legacy.importing): add what is missing only ------
+
+
+async def existing_installations(session: AsyncSession, ids: Sequence[str]) -> set[str]:
+    query = select(Installation.id).where(Installation.id.in_(list(ids)))
+    return set((await session.execute(query)).scalars())
+
+
+async def existing_subscriptions(
+    session: AsyncSession, pairs: Sequence[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """Which (installation id, topic) pairs are stored."""
+    query = select(Sub.installation_id, Sub.topic).where(
+        tuple_(Sub.installation_id, Sub.topic).in_(list(pairs))
+    )
+    return {(row[0], row[1]) for row in await session.execute(query)}
+
+
+async def existing_keys(
+    session: AsyncSession, triples: Sequence[tuple[str, str, int]]
+) -> set[tuple[str, str, int]]:
+    """Which (installation id, topic, period) keys are stored."""
+    columns = (Key.installation_id, Key.topic, Key.period)
+    query = select(*columns).where(tuple_(*columns).in_(list(triples)))
+    return {(row[0], row[1], row[2]) for row in await session.execute(query)}
+
+
+async def add_installations(
+    session: AsyncSession, installations: Sequence[ImportedInstallation], now_ns: int
+) -> None:
+    """Each as registered at `now_ns`; an id stored meanwhile keeps what it holds."""
+    rows = [
+        {
+            "id": i.installation_id,
+            "kind": int(i.mechanism.kind) if i.mechanism else None,
+            "token": i.mechanism.token if i.mechanism else None,
+            "registered_ns": now_ns,
+            "deleted": i.deleted,
+        }
+        for i in installations
+    ]
+    await session.execute(upsert_insert(session, Installation).on_conflict_do_nothing(), rows)
+
+
+async def add_subscriptions(
+    session: AsyncSession, subscriptions: Sequence[ImportedSubscription], now_ns: int
+) -> None:
+    """Each as created at `now_ns`; a subscription stored meanwhile keeps what it holds."""
+    rows = [
+        {
+            "topic": s.topic,
+            "installation_id": s.installation_id,
+            "active": s.active,
+            "is_silent": s.is_silent,
+            "created_ns": now_ns,
+        }
+        for s in subscriptions
+    ]
+    await session.execute(upsert_insert(session, Sub).on_conflict_do_nothing(), rows)
+
+
+async def add_keys(session: AsyncSession, keys: Sequence[ImportedKey]) -> None:
+    """Each key under its period; a period's key stored meanwhile is kept."""
+    rows = [
+        {"installation_id": k.installation_id, "topic": k.topic, "period": k.period, "key": k.key}
+        for k in keys
+    ]
+    await session.execute(upsert_insert(session, Key).on_conflict_do_nothing(), rows)

@@ -181,6 +181,20 @@ def classify_replica(error: BaseException) -> Failure | None:
     return Failure(failure.code, f"{DATABASE_READ_URL}: {_NOT_A_REPLICA.get(failure.code, problem)}")
 
 
+SOURCE_OPTION = "--from"
+_NOT_THE_SOURCE = {DATABASE_NOT_MIGRATED: "the database lacks a table the import reads"}
+
+
+def classify_source(error: BaseException) -> Failure | None:
+    """As `classify`, for an error met on the database `legacy import --from` reads: the line names
+    --from (never its URL, which may hold a password)."""
+    failure = classify(error)
+    if failure is None or not failure.message.startswith(f"{DATABASE_URL}: "):
+        return failure
+    problem = failure.message.removeprefix(f"{DATABASE_URL}: ").split(": create it")[0]
+    return Failure(failure.code, f"{SOURCE_OPTION}: {_NOT_THE_SOURCE.get(failure.code, problem)}")
+
+
 def _chain(error: BaseException) -> Iterator[BaseException]:
     current: BaseException | None = error
     for _ in range(16):
