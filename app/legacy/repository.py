@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import and_, bindparam, delete, func, select, tuple_, update
+from sqlalchemy import Text, and_, any_, bindparam, delete, func, select, tuple_, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.database import fetch_rows, upsert_insert
@@ -164,20 +165,39 @@ async def subscribers_page(
     return [SubscriberRow(*row) for row in await fetch_rows(session, _PAGE, parameters)]
 
 
+def _targets_statement(on_postgresql: bool) -> Any:
+    # On PostgreSQL `= ANY(array)`: one statement for any number of ids, which the driver keeps
+    # prepared (an IN list is a new statement, parsed and planned, for each length); elsewhere an
+    # expanding IN list.
+    ids = bindparam("ids", type_=postgresql.ARRAY(Text)) if on_postgresql else None
+    chosen = (
+        Installation.id == any_(ids)
+        if ids is not None
+        else Installation.id.in_(bindparam("ids", expanding=True))
+    )
+    return select(Installation.id, Installation.kind, Installation.token).where(
+        chosen,
+        ~Installation.deleted,
+        Installation.token.is_not(None),
+        Installation.registered_ns >= bindparam("alive_since"),
+    )
+
+
+_TARGETS = {on_postgresql: _targets_statement(on_postgresql) for on_postgresql in (False, True)}
+
+
 async def targets(
     session: AsyncSession, installation_ids: Sequence[str], alive_since_ns: int
 ) -> dict[str, LegacyTarget]:
-    """The current target of each installation that may still be pushed to."""
-    query = select(Installation.id, Installation.kind, Installation.token).where(
-        Installation.id.in_(list(set(installation_ids))),
-        ~Installation.deleted,
-        Installation.token.is_not(None),
-        Installation.registered_ns >= alive_since_ns,
-    )
+    """The current target of each installation that may still be pushed to: one query a batch of
+    deliveries, on the hot path's prepared statements (app.core.database.fetch_rows)."""
+    if not installation_ids:
+        return {}
+    statement = _TARGETS[session.get_bind().dialect.name == "postgresql"]
+    parameters = {"ids": list(set(installation_ids)), "alive_since": alive_since_ns}
     # kind and token are set together, and the query keeps only rows whose token is set.
-    return {
-        row[0]: LegacyTarget(cast(int, row[1]), cast(str, row[2])) for row in await session.execute(query)
-    }
+    rows = await fetch_rows(session, statement, parameters)
+    return {row[0]: LegacyTarget(cast(int, row[1]), cast(str, row[2])) for row in rows}
 
 
 async def forget_token_if_unchanged(
