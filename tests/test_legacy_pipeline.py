@@ -9,7 +9,6 @@ import hashlib
 import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import text
@@ -22,7 +21,7 @@ from fakes.keys import apns_key_pem, service_account
 from fakes.webhook_receiver import Endpoint, Receiver
 from tests.support import eventually
 from tests.support import pipeline as pipeline_support
-from tests.support.legacy import Refused, legacy_call, register_request
+from tests.support.legacy import legacy_ok, register_request
 from tests.support.pipeline import Pipeline, Stack, envelope, running_pipeline, wait_until
 
 redis_url = pipeline_support.redis_url
@@ -54,9 +53,7 @@ async def legacy_pipeline(
 
 
 async def call(pipe: Pipeline, request: Any) -> Any:
-    reply = await legacy_call(SimpleNamespace(http=pipe.http), "proto", request)  # type: ignore[arg-type]
-    assert not isinstance(reply, Refused), reply
-    return reply
+    return await legacy_ok(pipe.http, request)
 
 
 def topic_of(group_id: bytes) -> str:

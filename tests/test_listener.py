@@ -15,7 +15,7 @@ import contextlib
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +52,7 @@ from fakes.fake_xmtpd import (
 )
 from fakes.webhook_receiver import Receiver
 from tests.support import clear_tables, make_settings
+from tests.support.queues import FailingAdds
 from workers.listener import PAGE_LIMIT, run_listener
 from workers.runner import run_workers
 from workers.server import running_api
@@ -587,30 +588,11 @@ async def test_a_mark_never_moves_back(database_url: str) -> None:
 # --- failures on our side -------------------------------------------------------------------------
 
 
-class FailingAdds:
-    """A work queue (the in-process one underneath) whose adds to the envelope stream fail while told,
-    as Redis does when it is unreachable."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.failing = False
-        self.failed = 0
-
-    async def add_each(self, stream: str, parts: Mapping[int, Sequence[bytes]]) -> None:
-        if self.failing and stream == ENVELOPES:
-            self.failed += 1
-            raise ConnectionError("queue unreachable")
-        await self.inner.add_each(stream, parts)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 async def test_envelopes_that_could_not_be_queued_are_caught_up_later(sqlite_url: str) -> None:
     async with harness(sqlite_url, listener=False) as h:
         g = group_topic()
         a = await h.member(g)
-        queue = FailingAdds(h.runtime.queue)
+        queue = FailingAdds(h.runtime.queue, ENVELOPES)
         h.start_listener(replace(h.runtime, queue=queue))
         await h.connected()
         h.fake.publish([group_message(100, 1, g)])
