@@ -1,7 +1,8 @@
 """`xmtp-push listen` on a node-go node, as processes: two listeners push each envelope once and a
 killed one loses nothing (docs/legacy.md#from-envelope-to-push); a listener is ready only while its
 SubscribeAll stream is open, and says when the node is unreachable and when it answers again
-(docs/operations.md#when-something-is-down).
+(docs/operations.md#when-something-is-down); `listen` reads xmtpd and node-go side by side and needs one
+of them; `dev` reads node-go too when its address is set.
 
 The fake node-go node, the webhook receiver standing for the operator's HTTP delivery and the API (for
 the legacy registrations) run in this process; the listeners and the worker are real child processes
@@ -17,6 +18,7 @@ import re
 import secrets
 from collections import Counter
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import httpx
 import pytest
@@ -29,6 +31,7 @@ from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
 from tests.support.legacy import legacy_ok, register_request
 from tests.support.listeners import stack_env
+from tests.support.ops import child_env
 from tests.support.pipeline import Pipeline, Stack, running_pipeline, wait_until
 from tests.support.process import Child, child, events, wait_answering
 
@@ -46,6 +49,7 @@ KILL_AT_STEP = 10
 WAIT = 60.0
 UNREACHABLE = "XMTP_PUSH_NODE_GO_ADDRESS: the node is unreachable (UNAVAILABLE); retrying with backoff"
 ANSWERS_AGAIN = "XMTP_PUSH_NODE_GO_ADDRESS: the node answers again"
+SERVING = re.compile(r"serving http=\S*:(\d+) grpc=")
 
 
 def key_of(envelope: object) -> str:
@@ -192,3 +196,30 @@ async def test_listen_reads_xmtpd_and_node_go_side_by_side_and_needs_one_of_them
         "XMTP_PUSH_XMTPD_ADDRESS or XMTP_PUSH_NODE_GO_ADDRESS: one of them is required by `listen`"
         in neither.output()
     )
+
+
+async def test_dev_reads_node_go_when_its_address_is_set(
+    node_go: FakeNodeGo, receiver: Receiver, tmp_path: Path
+) -> None:
+    delivery = receiver.endpoint(signed=False)
+    env = child_env(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'dev.db'}",
+        http_port="0",
+        grpc_port="0",
+        legacy_api_enabled="true",
+        legacy_http_delivery_url=delivery.url,
+        node_go_address=node_go.address,
+        node_go_tls="false",
+    )
+    async with child("dev", ["dev"], env) as dev:
+        port = int((await dev.line(SERVING)).group(1))
+        await node_go.wait_for(lambda: node_go.open_streams == 1, WAIT, "dev's node-go stream")
+        envelope = group_message(secrets.token_bytes(16), 1)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            await legacy_ok(http, register_request("device", custom_token="token"))
+            subscribe = lpb.SubscribeRequest(installation_id="device", topics=[envelope.content_topic])
+            await legacy_ok(http, subscribe)
+        node_go.publish([envelope])
+        await wait_until(lambda: len(delivery.requests) == 1, WAIT, "the push")
+        assert delivery.requests[0].payload["idempotency_key"] == key_of(envelope)
+        assert await dev.stop() == 0, dev.output()

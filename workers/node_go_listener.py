@@ -27,6 +27,7 @@ from app.legacy import topics
 from app.legacy.fanout import enqueue_legacy
 from app.legacy.jobs import LegacyEnvelope
 from app.legacy.messages import idempotency_key
+from app.ops.failures import tell_or_log
 from app.proto.xmtp.message_api.v1 import message_api_pb2 as node_go
 from app.queue.base import WorkQueue
 from app.runtime import Runtime
@@ -34,6 +35,7 @@ from workers.outage import Outage, Reachability, keep_connected, node_channel
 
 log = logging.getLogger(__name__)
 NODE_GO_ADDRESS = "XMTP_PUSH_NODE_GO_ADDRESS"
+RECONNECTS = "the node-go listener reconnects with backoff"
 SUBSCRIBE_ALL = "/xmtp.message_api.v1.MessageApi/SubscribeAll"
 _EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # (missing from grpc-stubs)
 BATCH = 200  # envelopes queued in one step, at most
@@ -133,8 +135,12 @@ class NodeGoListener:
                 self._reach.failed(error.code())
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if (task is not None and task.cancelling()) or not stop.is_set():
+            if task is not None and task.cancelling():
                 raise  # the listener itself is being cancelled: never swallow that
+            if not stop.is_set():
+                log.warning("the node-go stream was cancelled; reconnecting")
+        except Exception as error:
+            tell_or_log(error, self.dependencies, RECONNECTS, log, "node-go listener connection failed")
         return opened
 
     def _channel(self) -> grpc.aio.Channel:
