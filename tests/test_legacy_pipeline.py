@@ -9,7 +9,6 @@ import hashlib
 import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import text
@@ -22,7 +21,7 @@ from fakes.keys import apns_key_pem, service_account
 from fakes.webhook_receiver import Endpoint, Receiver
 from tests.support import eventually
 from tests.support import pipeline as pipeline_support
-from tests.support.legacy import Refused, legacy_call, register_request
+from tests.support.legacy import legacy_ok, register_request
 from tests.support.pipeline import Pipeline, Stack, envelope, running_pipeline, wait_until
 
 redis_url = pipeline_support.redis_url
@@ -54,9 +53,7 @@ async def legacy_pipeline(
 
 
 async def call(pipe: Pipeline, request: Any) -> Any:
-    reply = await legacy_call(SimpleNamespace(http=pipe.http), "proto", request)  # type: ignore[arg-type]
-    assert not isinstance(reply, Refused), reply
-    return reply
+    return await legacy_ok(pipe.http, request)
 
 
 def topic_of(group_id: bytes) -> str:
@@ -203,3 +200,26 @@ async def test_a_dead_token_is_removed_and_its_subscriptions_kept(
         async with pipe.runtime.engine.connect() as connection:
             rows = (await connection.execute(text("SELECT active FROM legacy_subscriptions"))).all()
         assert [tuple(r) for r in rows] == [(True,)]
+
+
+async def test_a_welcome_to_a_silent_subscription_wakes_the_app_in_the_background(
+    some_stack: Stack, fakes: tuple[FakeApns, FakeFcm], receiver: Receiver
+) -> None:
+    apns, _ = fakes
+    installation_key = bytes(range(100, 132))
+    topic = f"/xmtp/mls/1/w-{installation_key.hex()}/proto"
+    token = "ef" * 32
+    async with legacy_pipeline(some_stack, fakes, receiver.endpoint(signed=False)) as pipe:
+        await call(pipe, register_request("welcomed", apns_device_token=token))
+        silent = lpb.Subscription(topic=topic, is_silent=True)
+        await call(pipe, lpb.SubscribeWithMetadataRequest(installation_id="welcomed", subscriptions=[silent]))
+        # Welcomes are pushed whatever they say of should_push.
+        await pipe.ingest_ok([envelope(b"\x01" + installation_key, 9, kind="welcome", should_push=False)])
+        await wait_until(lambda: len(apns.requests_for(token)) == 1, 15, "the welcome's push")
+        pushed = apns.requests_for(token)[0]
+        assert (pushed.header("apns-push-type"), pushed.header("apns-priority")) == ("background", "5")
+        body = pushed.json()
+        assert body["aps"] == {"content-available": 1}
+        assert (body["messageKind"], body["topic"]) == ("v3-welcome", topic)
+        welcome = mls_pb2.WelcomeMessage.FromString(base64.b64decode(body["encryptedMessage"]))
+        assert (welcome.v1.id, welcome.v1.installation_key) == (9, installation_key)

@@ -27,7 +27,7 @@ from app.recipients.types import DELIVERY_CHANNELS
 from app.runtime import STREAMS, Runtime
 from workers.delivery_worker import DeliveryWorker, XmtpDeliveries
 from workers.fanout_worker import run_fanout
-from workers.outage import Outage
+from workers.outage import Outage, pause
 
 log = logging.getLogger(__name__)
 PROMOTE_BATCH = 1000
@@ -103,7 +103,7 @@ async def keep_share(
             owned = tuple(sorted(await ownership.beat()))
             outage.succeeded()
         except Exception as error:
-            await _wait(stop, outage.failed(error))
+            await pause(stop, outage.failed(error))
             continue
         if owned != share.partitions:
             share.partitions = owned
@@ -111,7 +111,7 @@ async def keep_share(
                 "worker reads %d of %d partitions (%d workers)",
                 len(owned), ownership.partitions, len(ownership.members),
             )  # fmt: skip
-        await _wait(stop, ownership.beat_seconds)
+        await pause(stop, ownership.beat_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +164,10 @@ async def promote_retries(
             moved = await queue.promote_due(time.time(), PROMOTE_BATCH, share.partitions)
             outage.succeeded()
         except Exception as error:
-            await _wait(stop, outage.failed(error))
+            await pause(stop, outage.failed(error))
             continue
         if moved < PROMOTE_BATCH:
-            await _wait(stop, PROMOTE_IDLE_SECONDS)
+            await pause(stop, PROMOTE_IDLE_SECONDS)
 
 
 async def watch_queue(runtime: Runtime, queue: WorkQueue, stop: asyncio.Event) -> None:
@@ -183,9 +183,4 @@ async def watch_queue(runtime: Runtime, queue: WorkQueue, stop: asyncio.Event) -
                 for stream in STREAMS:
                     await queue.retire_consumers(stream, DEAD_CONSUMER_SECONDS)
         rounds += 1
-        await _wait(stop, GAUGE_SECONDS)
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        await pause(stop, GAUGE_SECONDS)

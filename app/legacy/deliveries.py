@@ -4,8 +4,6 @@ with the installation's current token looked up at each attempt."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -15,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.core import metrics
 from app.core.channels import Channel
 from app.core.config import Settings
+from app.core.legacy_settings import signing_key_bytes
 from app.delivery.registry import ChannelApp
 from app.delivery.types import OutcomeKind, Push
 from app.legacy import repository as repo
@@ -31,20 +30,6 @@ from app.legacy.payloads import (
 )
 from app.legacy.repository import LegacyTarget
 from app.legacy.service import LegacyRules
-
-MIN_SIGNING_KEY_BYTES, MAX_SIGNING_KEY_BYTES = 24, 64
-
-
-def signing_key_bytes(text: str) -> bytes:
-    """A Standard Webhooks key (`whsec_` and base64, or base64) as its raw bytes; ValueError when it
-    is not one of 24 to 64 bytes (the message never quotes it)."""
-    try:
-        raw = base64.b64decode(text.removeprefix("whsec_"), validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("not a Standard Webhooks key (whsec_ and base64)") from None
-    if not MIN_SIGNING_KEY_BYTES <= len(raw) <= MAX_SIGNING_KEY_BYTES:
-        raise ValueError(f"must be {MIN_SIGNING_KEY_BYTES} to {MAX_SIGNING_KEY_BYTES} bytes")
-    return raw
 
 
 def payload_settings(settings: Settings) -> PayloadSettings:

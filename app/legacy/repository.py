@@ -213,9 +213,10 @@ async def forget_token_if_unchanged(
     return bool(result.rowcount)
 
 
-async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> int:
+async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> tuple[int, int]:
     """Up to `batch` installations registered before the cutoff, with their subscriptions and keys,
-    and subscriptions as old whose installation never registered; returns installations deleted."""
+    and up to `batch` subscriptions as old whose installation never registered; returns how many of
+    each were deleted."""
     expired = list(
         (
             await session.execute(
@@ -240,7 +241,7 @@ async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> i
         await session.execute(delete(Key).where(tuple_(Key.installation_id, Key.topic).in_(stale)))
         await session.execute(delete(Sub).where(tuple_(Sub.installation_id, Sub.topic).in_(stale)))
     await session.flush()
-    return len(expired)
+    return len(expired), len(stale)
 
 
 # --- an import of the Go server's database (app.legacy.importing): add what is missing only ------
