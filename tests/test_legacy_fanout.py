@@ -1,19 +1,23 @@
-"""A legacy fan-out job reads several pages of its topic before it hands the rest on
-(docs/legacy.md#from-envelope-to-push): a large topic costs fewer queue round trips."""
+"""A legacy fan-out job reads several pages of its topic before it hands the rest on, and a topic
+whose first page is full is handed on as installation-id ranges, each subscriber in one
+(docs/legacy.md#from-envelope-to-push)."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
 
 from app.core.channels import Channel
 from app.legacy.fanout import PAGES_PER_JOB, LegacyFanout, channel_chooser
 from app.legacy.jobs import LegacyDeliveryJob, LegacyEnvelope, LegacyFanoutJob, legacy_delivery_stream
 from app.legacy.models import LegacyInstallation, LegacySubscription
-from app.runtime import open_runtime
+from app.runtime import Runtime, open_runtime
 from tests.support import make_settings
 from tests.support.legacy import welcome
 
 PAGE = 3
+CHANNELS = channel_chooser(apns=True, fcm=True, http=False)
 
 
 async def test_a_job_reads_pages_up_to_its_bound_then_hands_the_rest_on(database_url: str) -> None:
@@ -25,16 +29,139 @@ async def test_a_job_reads_pages_up_to_its_bound_then_hands_the_rest_on(database
         async with runtime.sessions() as session, session.begin():
             session.add_all(LegacyInstallation(id=i, kind=1, token=f"t{i}", registered_ns=now) for i in ids)
             session.add_all(LegacySubscription(topic=topic, installation_id=i, created_ns=now) for i in ids)
-        fanout = LegacyFanout(runtime.legacy_rules, PAGE, channel_chooser(apns=True, fcm=True, http=False))
+        fanout = LegacyFanout(runtime.legacy_rules, PAGE, CHANNELS)
         job = LegacyFanoutJob(LegacyEnvelope(topic, now, b"\x0a\x00", "key"), now)
         pushed = []
         async with runtime.reads() as session:
             first = await fanout.fan_out(session, job)
-            assert first.next_job is not None and first.next_job.after == ids[PAGE * PAGES_PER_JOB - 1]
-            rest = await fanout.fan_out(session, first.next_job)
-            assert rest.next_job is None
+            assert [j.after for j in first.next_jobs] == [ids[PAGE * PAGES_PER_JOB - 1]]
+            rest = await fanout.fan_out(session, first.next_jobs[0])
+            assert rest.next_jobs == []
         for page in (first, rest):
             assert set(page.deliveries) == {legacy_delivery_stream(Channel.APNS)}
             payloads = page.deliveries[legacy_delivery_stream(Channel.APNS)]
             pushed.append([LegacyDeliveryJob.decode(p).installation_id for p in payloads])
     assert pushed == [ids[: PAGE * PAGES_PER_JOB], ids[PAGE * PAGES_PER_JOB :]]
+
+
+# Ids as the apps choose them: one character to hundreds, letters in either case, punctuation, digits,
+# accents and other scripts; the database orders and compares them, in its collation.
+UNEVEN = [
+    "a",
+    "B",
+    "b",
+    "-",
+    "0",
+    "9z",
+    "a-1",
+    "a1",
+    "A_1",
+    "ab",
+    "é",
+    "e",
+    "ß",
+    "ss",
+    "日本",
+    "日",
+    "Ω",
+    "ω",
+    "x" * 300,
+    "y" * 64,
+    "a b",
+    "a.b",
+    "🙂",
+    "installation-7",
+    "Installation-7",
+    "z",
+    "ZZ",
+    "zz",
+]
+
+
+def ids_of(tag: str, bases: list[str]) -> list[str]:
+    """Ids of one test alone (the database is shared by the session's tests)."""
+    return [f"{base}{tag}" for base in bases]
+
+
+async def store(runtime: Runtime, topic: str, pushable: list[str], not_pushable: list[str]) -> int:
+    """Subscribers of `topic`: those given as pushable, and as many as each way of not being one
+    (an inactive subscription, a deleted installation, one without a token)."""
+    now = time.time_ns()
+    off, deleted, tokenless = (not_pushable[k::3] for k in range(3))
+    async with runtime.sessions() as session, session.begin():
+        for i in [*pushable, *off, *deleted, *tokenless]:
+            token = None if i in tokenless else f"t{i}"
+            session.add(
+                LegacyInstallation(id=i, kind=1, token=token, registered_ns=now, deleted=i in deleted)
+            )
+            session.add(
+                LegacySubscription(topic=topic, installation_id=i, created_ns=now, active=i not in off)
+            )
+    return now
+
+
+async def fan_out_all(
+    fanout: LegacyFanout, runtime: Runtime, job: LegacyFanoutJob
+) -> tuple[list[str], list[LegacyFanoutJob]]:
+    """Every job of an envelope run to the end, as the consumers would: (the installations pushed,
+    in the order pushed, the jobs run)."""
+    pushed, done, queued = [], [], [job]
+    async with runtime.reads() as session:
+        while queued:
+            job = queued.pop(0)
+            page = await fanout.fan_out(session, job)
+            for payloads in page.deliveries.values():
+                pushed += [LegacyDeliveryJob.decode(p).installation_id for p in payloads]
+            done.append(job)
+            queued += page.next_jobs
+    return pushed, done
+
+
+async def test_a_full_first_page_hands_the_rest_on_as_ranges_covering_each_subscriber_once(
+    database_url: str,
+) -> None:
+    topic, ranges = welcome(time.time_ns()), 4
+    pushable = ids_of("①", UNEVEN)
+    not_pushable = ids_of("①", [f"{base}~gone" for base in UNEVEN[:9]])
+    async with open_runtime(make_settings(database_url)) as runtime:
+        now = await store(runtime, topic, pushable, not_pushable)
+        fanout = LegacyFanout(runtime.legacy_rules, PAGE, CHANNELS, ranges)
+        job = LegacyFanoutJob(LegacyEnvelope(topic, now, b"\x0a\x00", "key"), now)
+        pushed, jobs = await fan_out_all(fanout, runtime, job)
+    assert sorted(pushed) == sorted(pushable)  # each pushable subscriber, none twice, nobody else
+    first_split = jobs[1 : ranges + 1]
+    assert [bool(j.until) for j in first_split] == [True] * (ranges - 1) + [False]  # the last: to the end
+    assert all(a.until == b.after for a, b in itertools.pairwise(first_split))  # adjacent, no gap
+
+
+async def test_ranges_beyond_the_subscribers_left_are_one_a_subscriber(database_url: str) -> None:
+    topic = welcome(time.time_ns())
+    pushable = ids_of("②", ["ä", "a", "b" * 100, "日本語", "-"])
+    async with open_runtime(make_settings(database_url)) as runtime:
+        now = await store(runtime, topic, pushable, [])
+        fanout = LegacyFanout(runtime.legacy_rules, PAGE, CHANNELS, 16)
+        job = LegacyFanoutJob(LegacyEnvelope(topic, now, b"\x0a\x00", "key"), now)
+        pushed, jobs = await fan_out_all(fanout, runtime, job)
+    assert sorted(pushed) == sorted(pushable)
+    assert len(jobs) == 1 + 2  # two subscribers left after the first page of three: two ranges of one
+
+
+async def test_a_range_is_read_ten_pages_a_job(database_url: str) -> None:
+    topic = welcome(time.time_ns())
+    per_range = PAGE * PAGES_PER_JOB + 1  # one more than a job reads: two jobs a range
+    pushable = ids_of("③", [f"{n:x}" for n in range(PAGE + 2 * per_range)])
+    async with open_runtime(make_settings(database_url)) as runtime:
+        now = await store(runtime, topic, pushable, [])
+        fanout = LegacyFanout(runtime.legacy_rules, PAGE, CHANNELS, 2)
+        job = LegacyFanoutJob(LegacyEnvelope(topic, now, b"\x0a\x00", "key"), now)
+        pushed, jobs = await fan_out_all(fanout, runtime, job)
+    assert sorted(pushed) == sorted(pushable) and len(pushed) == len(set(pushed))
+    assert len(jobs) == 1 + 2 * 2
+
+
+def test_a_job_queued_before_ranges_covers_the_rest_of_its_topic() -> None:
+    envelope = LegacyEnvelope("/xmtp/mls/1/w-x/proto", 5, b"\x0a\x00", "key")
+    old = json.dumps(["/xmtp/mls/1/w-x/proto", 5, "CgA=", "key", 7, "a1"]).encode()
+    assert LegacyFanoutJob.decode(old) == LegacyFanoutJob(envelope, 7, "a1", "")
+    ranged = LegacyFanoutJob(envelope, 7, "a1", "日本")
+    assert LegacyFanoutJob.decode(ranged.encode()) == ranged

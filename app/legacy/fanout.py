@@ -4,7 +4,10 @@ subscribers at a time turned into pushes (docs/legacy.md#from-envelope-to-push).
 The same envelopes the new API fans out (from xmtpd and ingest) reach legacy subscriptions too, as the
 v3 message an XMTP node would have sent; node-go's come as that message already. Each envelope is
 fanned out once, whichever listener or caller brought it (its idempotency key is claimed), and a
-topic is read a page at a time in installation-id order, the next page travelling as a new job.
+topic is read a page at a time in installation-id order, the next pages travelling as a new job.
+When the first page is full, the rest of the topic is cut into installation-id ranges whose bounds
+the database reads from the topic's subscriptions (the ids are the apps' strings: no fixed cuts fit
+them), each its own chain of jobs, so every fan-out consumer can take a part of one large topic.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ class LegacyPage:
     deliveries: dict[str, list[bytes]] = field(default_factory=dict)  # encoded jobs by stream
     # Subscribers not pushed, by (channel, outcome): "suppressed", "ineligible".
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
-    next_job: LegacyFanoutJob | None = None
+    # The rest of the topic: one job going on where the page ended, or its ranges after a first page.
+    next_jobs: list[LegacyFanoutJob] = field(default_factory=list)
 
 
 def channel_chooser(*, apns: bool, fcm: bool, http: bool) -> ChannelOf:
@@ -91,14 +95,19 @@ def channel_chooser(*, apns: bool, fcm: bool, http: bool) -> ChannelOf:
 
 
 async def fan_out_page(
-    session: AsyncSession, rules: LegacyRules, job: LegacyFanoutJob, page_size: int, channel_of: ChannelOf
+    session: AsyncSession,
+    rules: LegacyRules,
+    job: LegacyFanoutJob,
+    page_size: int,
+    channel_of: ChannelOf,
+    ranges: int = 1,
 ) -> LegacyPage:
     envelope = job.envelope
     message = parse(envelope.topic, envelope.message)
     this_period = period(envelope.timestamp_ns)
     alive_since = rules.alive_since(rules.clock())
     rows = await repo.subscribers_page(
-        session, envelope.topic, job.after, page_size, this_period, alive_since
+        session, envelope.topic, job.after, page_size, this_period, alive_since, job.until
     )
     page = LegacyPage()
     for row in rows:
@@ -122,8 +131,23 @@ async def fan_out_page(
         )
         page.deliveries.setdefault(legacy_delivery_stream(channel), []).append(delivery.encode())
     if len(rows) == page_size:
-        page.next_job = LegacyFanoutJob(envelope, job.received_ns, rows[-1].installation_id)
+        last = rows[-1].installation_id
+        bounds = await split_after(session, job, last, ranges if job.first_page else 1)
+        page.next_jobs = [LegacyFanoutJob(envelope, job.received_ns, a, u) for a, u in bounds]
     return page
+
+
+async def split_after(
+    session: AsyncSession, job: LegacyFanoutJob, last: str, parts: int
+) -> list[tuple[str, str]]:
+    """(after, until) bounds covering every id above `last` up to the job's `until`, in up to `parts`
+    ranges of about as many subscriptions. The last range runs to the end, so an id subscribed
+    after the split falls in exactly one range too."""
+    if parts <= 1 or job.until:
+        return [(last, job.until)]
+    ends = await repo.range_ends(session, job.envelope.topic, last, parts)
+    bounds = [last, *ends[:-1]]
+    return list(zip(bounds, [*ends[:-1], ""], strict=True))
 
 
 class LegacyFanout:
@@ -131,8 +155,8 @@ class LegacyFanout:
 
     stream = LEGACY_ENVELOPES
 
-    def __init__(self, rules: LegacyRules, page_size: int, channel_of: ChannelOf) -> None:
-        self.rules, self.page_size, self.channel_of = rules, page_size, channel_of
+    def __init__(self, rules: LegacyRules, page_size: int, channel_of: ChannelOf, ranges: int = 1) -> None:
+        self.rules, self.page_size, self.channel_of, self.ranges = rules, page_size, channel_of, ranges
 
     def decode(self, payload: bytes) -> LegacyFanoutJob:
         return LegacyFanoutJob.decode(payload)
@@ -141,23 +165,27 @@ class LegacyFanout:
         return job.claim_key if job.first_page else None
 
     async def fan_out(self, session: AsyncSession, job: LegacyFanoutJob) -> LegacyPage:
-        """Up to PAGES_PER_JOB pages of the topic, as one page whose next job follows the last."""
-        page = await fan_out_page(session, self.rules, job, self.page_size, self.channel_of)
+        """Up to PAGES_PER_JOB pages of the job's part of the topic, as one page whose next jobs
+        follow the last; a first page that is full hands the rest on at once, as ranges."""
+        page = await self._page(session, job)
         for _ in range(PAGES_PER_JOB - 1):
-            if page.next_job is None:
+            if len(page.next_jobs) != 1:  # the end, or a first page's ranges for other consumers
                 break
-            more = await fan_out_page(session, self.rules, page.next_job, self.page_size, self.channel_of)
+            more = await self._page(session, page.next_jobs[0])
             for stream, payloads in more.deliveries.items():
                 page.deliveries.setdefault(stream, []).extend(payloads)
             page.skipped.update(more.skipped)
-            page.next_job = more.next_job
+            page.next_jobs = more.next_jobs
         return page
+
+    async def _page(self, session: AsyncSession, job: LegacyFanoutJob) -> LegacyPage:
+        return await fan_out_page(session, self.rules, job, self.page_size, self.channel_of, self.ranges)
 
     def follow_up(self, commit: Commit, page: LegacyPage) -> None:
         for stream, payloads in page.deliveries.items():
             commit.add.setdefault(stream, []).extend(payloads)
-        if page.next_job is not None:
-            commit.add_to(LEGACY_ENVELOPES, page.next_job.encode())
+        for next_job in page.next_jobs:
+            commit.add_to(LEGACY_ENVELOPES, next_job.encode())
 
     def count(self, job: LegacyFanoutJob, page: LegacyPage) -> None:
         for (channel, outcome), n in page.skipped.items():

@@ -39,12 +39,14 @@ class LegacyEnvelope:
 class LegacyFanoutJob:
     envelope: LegacyEnvelope
     received_ns: int
-    # The job covers the subscriptions whose installation id is above `after` ("": from the start).
+    # The job covers the subscriptions whose installation id is above `after` ("": from the start)
+    # and at most `until` ("": to the end), compared in the database's order.
     after: str = ""
+    until: str = ""
 
     @property
     def first_page(self) -> bool:
-        return not self.after
+        return not self.after and not self.until
 
     @property
     def claim_key(self) -> str:
@@ -54,14 +56,23 @@ class LegacyFanoutJob:
 
     def encode(self) -> bytes:
         e = self.envelope
-        fields = [e.topic, e.timestamp_ns, _b64(e.message), e.idempotency_key, self.received_ns, self.after]
+        fields = [
+            e.topic,
+            e.timestamp_ns,
+            _b64(e.message),
+            e.idempotency_key,
+            self.received_ns,
+            self.after,
+            self.until,
+        ]
         return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, payload: bytes) -> LegacyFanoutJob:
-        topic, timestamp_ns, message, key, received_ns, after = json.loads(payload)
+        # Entries queued before ranges existed have no `until`: they cover the rest of the topic.
+        topic, timestamp_ns, message, key, received_ns, after, *until = json.loads(payload)
         envelope = LegacyEnvelope(str(topic), int(timestamp_ns), base64.b64decode(message), str(key))
-        return cls(envelope, int(received_ns), str(after))
+        return cls(envelope, int(received_ns), str(after), str(until[0]) if until else "")
 
 
 class LegacyDeliveryJob(NamedTuple):

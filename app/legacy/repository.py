@@ -127,42 +127,84 @@ async def unsubscribe(session: AsyncSession, installation_id: str, topics: Seque
     return int(result.rowcount)
 
 
-_PAGE = (
-    select(Sub.installation_id, Sub.is_silent, Sub.created_ns, Key.key, Installation.kind)
-    .join(Installation, Installation.id == Sub.installation_id)
-    .outerjoin(
-        Key,
-        and_(
-            Key.installation_id == Sub.installation_id,
-            Key.topic == Sub.topic,
-            Key.period == bindparam("period"),
-        ),
+def _page_statement(bounded: bool) -> Any:
+    """A topic's pushable subscribers after `after` (and, bounded, at most `until`), in
+    installation-id order: two statements, each built once and kept prepared by the driver."""
+    query = (
+        select(Sub.installation_id, Sub.is_silent, Sub.created_ns, Key.key, Installation.kind)
+        .join(Installation, Installation.id == Sub.installation_id)
+        .outerjoin(
+            Key,
+            and_(
+                Key.installation_id == Sub.installation_id,
+                Key.topic == Sub.topic,
+                Key.period == bindparam("period"),
+            ),
+        )
+        .where(
+            Sub.topic == bindparam("topic"),
+            Sub.active,
+            Sub.installation_id > bindparam("after"),
+            ~Installation.deleted,
+            Installation.token.is_not(None),
+            Installation.registered_ns >= bindparam("alive_since"),
+        )
+        .order_by(Sub.installation_id)
+        .limit(bindparam("limit"))
     )
-    .where(
-        Sub.topic == bindparam("topic"),
-        Sub.active,
-        Sub.installation_id > bindparam("after"),
-        ~Installation.deleted,
-        Installation.token.is_not(None),
-        Installation.registered_ns >= bindparam("alive_since"),
-    )
-    .order_by(Sub.installation_id)
-    .limit(bindparam("limit"))
-)
+    return query.where(Sub.installation_id <= bindparam("until")) if bounded else query
+
+
+_PAGES = {bounded: _page_statement(bounded) for bounded in (False, True)}
 
 
 async def subscribers_page(
-    session: AsyncSession, topic: str, after: str, limit: int, period: int, alive_since_ns: int
+    session: AsyncSession,
+    topic: str,
+    after: str,
+    limit: int,
+    period: int,
+    alive_since_ns: int,
+    until: str = "",
 ) -> list[SubscriberRow]:
-    """The next page of a topic's pushable subscribers, in installation-id order after `after`."""
-    parameters = {
+    """The next page of a topic's pushable subscribers, in installation-id order after `after` and
+    at most `until` ("": to the end)."""
+    parameters: dict[str, Any] = {
         "topic": topic,
         "after": after,
         "limit": limit,
         "period": period,
         "alive_since": alive_since_ns,
     }
-    return [SubscriberRow(*row) for row in await fetch_rows(session, _PAGE, parameters)]
+    if until:
+        parameters["until"] = until
+    rows = await fetch_rows(session, _PAGES[bool(until)], parameters)
+    return [SubscriberRow(*row) for row in rows]
+
+
+def _range_ends_statement() -> Any:
+    # ntile deals the rows out in order into at most `ranges` tiles of sizes differing by one at
+    # most; each tile's highest id is where its range ends. The ids are compared and ordered by
+    # the database alone, in the column's collation, as the page query compares them.
+    tiles = (
+        select(
+            Sub.installation_id,
+            func.ntile(bindparam("ranges")).over(order_by=Sub.installation_id).label("tile"),
+        )
+        .where(Sub.topic == bindparam("topic"), Sub.active, Sub.installation_id > bindparam("after"))
+        .subquery()
+    )
+    return select(func.max(tiles.c.installation_id)).group_by(tiles.c.tile).order_by(tiles.c.tile)
+
+
+_RANGE_ENDS = _range_ends_statement()
+
+
+async def range_ends(session: AsyncSession, topic: str, after: str, ranges: int) -> list[str]:
+    """Where each of up to `ranges` installation-id ranges of a topic's active subscriptions after
+    `after` ends (inclusive), in order, holding about as many subscriptions each: one query."""
+    rows = await fetch_rows(session, _RANGE_ENDS, {"topic": topic, "after": after, "ranges": ranges})
+    return [cast(str, row[0]) for row in rows]
 
 
 def _targets_statement(on_postgresql: bool) -> Any:
