@@ -18,10 +18,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from redis.exceptions import NoScriptError
 
 from app.queue.redis_link import RedisLink
-from app.queue.redis_scripts import Call, Script, run_calls
+from app.queue.redis_scripts import Script
 
 SECONDS_PER_MINUTE = 60.0
 # KEYS: the buckets. ARGV: per bucket its capacity and its cost. {0, 0} when every one paid, else
@@ -137,10 +139,18 @@ class RedisBuckets:
         args = [value for charge in charges for value in (charge.capacity, charge.cost)]
         try:
             async with asyncio.timeout(self._timeout):
-                replies = await self._link.run(
-                    lambda client: run_calls(client, [Call(CHARGE_SCRIPT, keys, args)]), retry=False
+                index, milliseconds = await self._link.run(
+                    lambda client: _charge(client, keys, args), retry=False
                 )
         except Exception:  # Redis away or slow: counted here meanwhile
             return self._fallback.charge_now(charges)
-        index, milliseconds = replies[0]
         return None if not index else _refused(int(index) - 1, int(milliseconds) / 1000)
+
+
+async def _charge(client: Any, keys: list[str], args: list[int]) -> list[Any]:
+    """One command, not a pipeline: a call's charge is on its own, and its keys route it on a cluster.
+    A server that does not know the script (restarted, a replica just promoted) is sent its source."""
+    try:
+        return list(await client.evalsha(CHARGE_SCRIPT.sha, len(keys), *keys, *args))
+    except NoScriptError:
+        return list(await client.eval(CHARGE_SCRIPT.source, len(keys), *keys, *args))
