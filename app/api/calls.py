@@ -108,8 +108,10 @@ async def invoke(
         return await _within_deadline(runtime, method, request, _budget(runtime, deadline), growth)
     except DomainError as error:
         code = error.code.value
-        # The messages are constants (app.core.errors): they name the problem, never a value.
-        log.info("%s answered %s: %s%s", method.name, code, error.message, _told(error.violation))
+        # The messages are constants (app.core.errors): they name the problem, never a value. A call
+        # over a quota is told at DEBUG: the quota's own lines say when throttling starts and stops.
+        level = logging.DEBUG if isinstance(error, errors.Throttled) else logging.INFO
+        log.log(level, "%s answered %s: %s%s", method.name, code, error.message, _told(error.violation))
         raise
     finally:
         seconds = time.perf_counter() - started

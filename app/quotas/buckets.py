@@ -9,6 +9,11 @@ In Redis one script charges one call's buckets, all of whose keys are in KEYS an
 so Redis Cluster runs it on one node; it reads Redis's own clock (TIME), so the processes' clocks do
 not matter. A bucket's hash expires once it would be full again: a full bucket and no key are the
 same, and Redis holds only the buckets of callers being counted.
+
+Our own script rather than the `limits` library: its strategies are fixed, moving and sliding windows,
+not a bucket refilled evenly (the contract's), it checks one limit a call where a call's calls and
+topic changes are charged in order in one round trip, and it brings a Redis client of its own, outside
+the process's link (its cluster handling, its bound on connections, its failover retries).
 """
 
 from __future__ import annotations
