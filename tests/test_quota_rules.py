@@ -72,6 +72,17 @@ def test_local_buckets_refill_evenly_and_stop_at_the_first_refusal() -> None:
     assert buckets.charge_now([Charge("t", 60, 61)]) == Refused(0, 60)  # more than it ever holds
 
 
+def test_local_buckets_are_bounded_in_number() -> None:
+    now = [0.0]
+    buckets = LocalBuckets(clock=lambda: now[0])
+    buckets.MAX_BUCKETS = 100  # type: ignore[misc]
+    for n in range(1000):
+        now[0] += 0.001
+        assert buckets.charge_now([Charge(f"caller-{n}", 10, 1)]) is None
+    assert len(buckets._buckets) <= 100
+    assert "caller-999" in buckets._buckets  # the latest kept
+
+
 @pytest.mark.redis
 async def test_the_redis_script_charges_as_the_local_buckets_do(redis_url: str) -> None:
     link = RedisLink(redis_url, "false")

@@ -87,9 +87,12 @@ class _Bucket:
 
 class LocalBuckets:
     """The buckets of this process alone (no Redis, or Redis away). Buckets that would be full again
-    are forgotten now and then, so many callers cost memory only while they are being counted."""
+    are forgotten now and then, so many callers cost memory only while they are being counted; past
+    MAX_BUCKETS the least recently charged half is forgotten too (those callers start afresh: memory
+    stays bounded whatever many addresses call)."""
 
     PRUNE_SECONDS = 30.0
+    MAX_BUCKETS = 100_000
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -102,7 +105,7 @@ class LocalBuckets:
 
     def charge_now(self, charges: Sequence[Charge]) -> Refused | None:
         now = self._clock()
-        if now >= self._next_prune:
+        if now >= self._next_prune or len(self._buckets) >= self.MAX_BUCKETS:
             self._prune(now)
         for index, charge in enumerate(charges):
             if charge.cost > charge.capacity:
@@ -128,6 +131,10 @@ class LocalBuckets:
         ]
         for key in full:
             del self._buckets[key], self._capacities[key]
+        if len(self._buckets) >= self.MAX_BUCKETS:
+            by_age = sorted(self._buckets, key=lambda key: self._buckets[key].at)
+            for key in by_age[: len(by_age) // 2 + 1]:
+                del self._buckets[key], self._capacities[key]
         self._next_prune = now + self.PRUNE_SECONDS
 
 
