@@ -157,6 +157,7 @@ bench: $(BIN)/python
 	$(BIN)/python -m bench.pipeline --mode redis --scenario latency --rate 1000 --duration 30
 	$(BIN)/python -m bench.channels --channel apns
 	$(BIN)/python -m bench.channels --channel fcm --concurrency 16 --env DELIVERY_CONCURRENCY=16
+	$(BIN)/python -m bench.legacy
 	$(BIN)/python -m bench.marmot
 	$(BIN)/python -m bench.matrix --duration 300
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core import metrics
+from app.core.channels import Channel
 from app.core.config import ENV_PREFIX, Settings
 from app.core.database import create_engine, create_read_engine, create_session_factory
 from app.core.dependencies import DependencyLog
@@ -19,6 +20,8 @@ from app.core.probes import Check, Probes
 from app.delivery.egress import EgressProxy
 from app.delivery.registry import ChannelApp, ProviderRegistry, default_apps
 from app.delivery.url_policy import UrlPolicy
+from app.legacy.deliveries import legacy_apps
+from app.legacy.jobs import LEGACY_ENVELOPES, legacy_delivery_stream
 from app.legacy.service import LegacyRules
 from app.matrix.config import GatewayConfig, HttpSection, load_gateway_config
 from app.matrix.duplicates import DeliveredMemory, ProcessMemory, RedisMemory
@@ -31,10 +34,14 @@ from app.queue.redis_streams import RedisQueue
 from app.recipients.service import RecipientRules
 from app.recipients.types import DELIVERY_CHANNELS
 
-# Every stream of the queue: envelopes to fan out, then one per XMTP channel.
 # A scrape waits this long at most for each service to answer.
 DEPENDENCY_CHECK_SECONDS = 1.0
-STREAMS = (ENVELOPES, *(delivery_stream(c) for c in DELIVERY_CHANNELS.values()))
+# Every stream of the queue: the new API's, then the legacy source's (app.legacy.jobs).
+LEGACY_STREAMS = (
+    LEGACY_ENVELOPES,
+    *(legacy_delivery_stream(c) for c in (Channel.APNS, Channel.FCM, Channel.HTTP)),
+)
+STREAMS = (ENVELOPES, *(delivery_stream(c) for c in DELIVERY_CHANNELS.values()), *LEGACY_STREAMS)
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +230,7 @@ async def open_runtime(
             matrix_gateway = None
             if sends:
                 matrix = load_matrix_apps(settings) if gateway else None
-                providers = _build_providers(settings, default_apps(settings), matrix)
+                providers = _build_providers(settings, default_apps(settings) + legacy_apps(settings), matrix)
                 if matrix is not None:
                     _say_http_section_unused(matrix)
                     matrix_gateway = await stack.enter_async_context(

@@ -249,6 +249,18 @@ async def server_version() -> str:
     return str(await _admin(DEFAULT_ADMIN_DSN, "SHOW server_version", fetch=True))
 
 
+async def copy_tables(database_url: str, tables: Sequence[tuple[str, Sequence[str], list[Any]]]) -> None:
+    """Bulk rows (table, columns, records) in one transaction with COPY, then the tables ANALYZEd."""
+    connection = await asyncpg.connect(asyncpg_dsn(database_url))
+    try:
+        async with connection.transaction():
+            for table, columns, records in tables:
+                await connection.copy_records_to_table(table, records=records, columns=list(columns))
+        await connection.execute("; ".join(f"ANALYZE {table}" for table, _, _ in tables))
+    finally:
+        await connection.close()
+
+
 @contextlib.asynccontextmanager
 async def bench_database(*, keep: bool = False) -> AsyncIterator[str]:
     """A fresh database migrated with Alembic: its SQLAlchemy URL. Dropped on the way out unless `keep`."""

@@ -31,13 +31,14 @@ from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from bench import _support as support
 from bench._support import Proc, Results, start_process, stop_process, verdict
-from bench.pipeline import CpuWindow, Ingestor, running_backend
+from bench.pipeline import Backend, CpuWindow, Ingestor, running_backend
 from fakes import keys
 
 BUNDLE_ID, KEY_ID, TEAM_ID, PROJECT_ID = "org.example.bench", "BENCHKEY01", "BENCHTEAM1", "bench-project"
 TOPICS, RECIPIENTS, PER_TOPIC = 10, 1000, 100  # token ok.{k} is on topic k % TOPICS
 WARM_TOPIC = b"\x00" * 17  # of the hints that open connections and fetch OAuth tokens before a measurement
 REDIS_URL = "redis://127.0.0.1:6379/12"  # this benchmark's own database: flushed first
+REGISTERING = 32  # registrations in flight
 STALL_SECONDS, RATIO_TARGET = 30.0, 0.70  # stop waiting for the fake after 30 s without progress
 _FAKE_READY = re.compile(r"fake (?:apns|fcm) listening on (\d+)(?: control (\d+) ca (\S+))?")
 Sender = Callable[[str, bytes, int], Awaitable[bool]]  # sends (token, topic, sequence_id): delivered?
@@ -189,25 +190,41 @@ async def run_bare(run: Run) -> float:
 
 
 async def register(grpc_port: int, channel: str, tokens: Sequence[tuple[str, bytes]]) -> None:
-    """A recipient of the channel per (token, topic), registered and subscribed over gRPC, all at once."""
+    """A recipient of the channel per (token, topic), registered and subscribed over gRPC, REGISTERING at
+    a time (the server refuses streams beyond 100 on a connection: docs/callers.md)."""
+    work = iter(tokens)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as connection:
         stub = notification_pb2_grpc.NotificationServiceStub(connection)  # type: ignore[no-untyped-call]
 
-        async def one(token: str, topic: bytes) -> None:
-            ids: dict[str, Any] = {k: secrets.token_bytes(32) for k in ("recipient_id", "recipient_secret")}
-            await stub.Register(pb.RegisterRequest(**ids | {channel: {"token": token}}), timeout=30)
-            adds = [pb.Subscription(topic=topic)]
-            await stub.UpdateSubscriptions(pb.UpdateSubscriptionsRequest(**ids, adds=adds), timeout=30)
+        async def one() -> None:
+            for token, topic in work:
+                ids: dict[str, Any] = {
+                    k: secrets.token_bytes(32) for k in ("recipient_id", "recipient_secret")
+                }
+                await stub.Register(pb.RegisterRequest(**ids | {channel: {"token": token}}), timeout=30)
+                adds = [pb.Subscription(topic=topic)]
+                await stub.UpdateSubscriptions(pb.UpdateSubscriptionsRequest(**ids, adds=adds), timeout=30)
 
-        await asyncio.gather(*(one(token, topic) for token, topic in tokens))
+        await asyncio.gather(*(one() for _ in range(REGISTERING)))
 
 
-async def run_pipeline(run: Run) -> float:
+Enroll = Callable[[Backend, str, Sequence[tuple[str, bytes]]], Awaitable[None]]  # (backend, channel, tokens)
+
+
+async def register_recipients(backend: Backend, channel: str, tokens: Sequence[tuple[str, bytes]]) -> None:
+    await register(backend.grpc_port, channel, tokens)
+
+
+async def run_pipeline(
+    run: Run, label: str = "pipeline", enroll: Enroll = register_recipients, env: Sequence[str] = ()
+) -> float:
+    """The plan's hints through `xmtp-push api` and one worker, its tokens enrolled by `enroll` (the new
+    API's recipients by default), with `env` beside the channel's settings: hints/s."""
     Redis.from_url(REDIS_URL).flushdb()
-    env = [*backend_settings(run.args.channel, run.fake), *run.args.env]
-    options = argparse.Namespace(mode="redis", workers=1, env=env)
+    settings = [*backend_settings(run.args.channel, run.fake), *env, *run.args.env]
+    options = argparse.Namespace(mode="redis", workers=1, env=settings)
     async with support.bench_database() as url, running_backend(options, url, REDIS_URL) as backend:
-        await register(backend.grpc_port, run.args.channel, [*run.recipients, ("ok.warm", WARM_TOPIC)])
+        await enroll(backend, run.args.channel, [*run.recipients, ("ok.warm", WARM_TOPIC)])
         ingest = Ingestor(run.session, backend.http_port)
         await ingest.closed_loop([(WARM_TOPIC, 1)], 1, 1)
         await run.fake.wait_for(run.session, 1, STALL_SECONDS)
@@ -217,9 +234,9 @@ async def run_pipeline(run: Run) -> float:
         stats = await run.fake.wait_for(run.session, len(run.plan), STALL_SECONDS)
         cpu.stop()
     duplicates = stats["count"] - stats["unique"]
-    print(f"pipeline: {len(run.envelopes):,} envelopes, {duplicates} duplicates, errors {dict(log.errors)}")
-    run.results.add("pipeline: duplicates", str(duplicates), "0", verdict(duplicates == 0))
-    return run.record("pipeline", stats, log.first_sent, cpu, "worker")
+    print(f"{label}: {len(run.envelopes):,} envelopes, {duplicates} duplicates, errors {dict(log.errors)}")
+    run.results.add(f"{label}: duplicates", str(duplicates), "0", verdict(duplicates == 0))
+    return run.record(label, stats, log.first_sent, cpu, "worker")
 
 
 async def amain(args: argparse.Namespace) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import os
 import secrets
 import time
@@ -39,6 +38,7 @@ import grpc
 from app.proto.xmtp.xmtpv4.envelopes import envelopes_pb2 as env
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2 as api
 from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
+from fakes.grpc_node import StreamingNode
 
 _StreamContext = grpc.aio.ServicerContext[api.SubscribeAllEnvelopesRequest, api.SubscribeEnvelopesResponse]
 
@@ -86,8 +86,10 @@ class Item:
         return self.envelope.SerializeToString()
 
 
-class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
+class FakeXmtpd(StreamingNode, api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
     def __init__(self, *, keepalive_seconds: float = 0.0, max_page: int = NODE_PAGE_LIMIT) -> None:
+        self._streams: set[_Stream] = set()
+        super().__init__(self._streams)
         self.keepalive_seconds = keepalive_seconds
         self.max_page = max_page
         self.store: dict[int, list[tuple[int, env.OriginatorEnvelope]]] = {}
@@ -95,17 +97,9 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
         self.connections = 0  # SubscribeAllEnvelopes calls received (refused ones included)
         self.refused = 0
         self.refuse_streams = False
-        self._streams: set[_Stream] = set()
         self._on_next_stream: list[Item] = []
-        self._server: grpc.aio.Server | None = None
-        self._changed = asyncio.Condition()
-        self.port = 0
 
     # life
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     async def start(self, port: int = 0) -> FakeXmtpd:
         """Serve on `port` (0: one the OS picks)."""
@@ -192,27 +186,8 @@ class FakeXmtpd(api_grpc.NotificationApiServicer, api_grpc.QueryApiServicer):
             stream.silent = True
         return len(self._streams)
 
-    @property
-    def open_streams(self) -> int:
-        return len(self._streams)
-
     def stored(self, node: int) -> int:
         return len(self.store.get(node, ()))
-
-    async def wait_for(self, predicate: object, timeout: float, what: str) -> None:
-        """Wait (bounded) until predicate() holds, re-checking whenever a stream opens or closes."""
-        deadline = time.monotonic() + timeout
-        async with self._changed:
-            while not predicate():  # type: ignore[operator]
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(f"fake xmtpd: timed out after {timeout:.1f} s waiting for {what}")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), min(remaining, 0.05))
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
 
     # the services
 

@@ -82,7 +82,10 @@ def test_a_role_fails_on_what_its_command_cannot_start_without(tmp_path: Path) -
     assert lines(worker)["worker"] == "FAIL worker         XMTP_PUSH_REDIS_URL: required by `worker`"
     listen = check(tmp_path, "listen", database_url=database, webhook_enabled="true")
     assert listen.returncode == 2, listen
-    assert "FAIL listen         XMTP_PUSH_XMTPD_ADDRESS: required by `listen`" in listen.stdout
+    assert (
+        "FAIL listen         XMTP_PUSH_XMTPD_ADDRESS or XMTP_PUSH_NODE_GO_ADDRESS: one of them is required"
+        " by `listen`" in listen.stdout
+    )
     assert not [name for name in lines(listen) if name.startswith("channel")], (
         listen.stdout
     )  # it sends nothing

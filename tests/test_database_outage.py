@@ -26,6 +26,7 @@ from tests.support import (
     running,
 )
 from tests.support.builders import Failure, call, new_creds, register
+from tests.support.legacy import Refused, legacy_call, register_request
 
 UNAVAILABLE = Failure("unavailable", "service is unavailable")
 
@@ -118,3 +119,24 @@ async def test_a_database_that_accepts_and_never_answers_is_unavailable_within_t
         for writer in held:
             writer.close()
         silent.close()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "json", "proto"])
+async def test_the_legacy_api_answers_unavailable_too(transport: str) -> None:
+    """docs/legacy.md#answers-and-errors, row 7: never database text, the contract's constant."""
+    url = await create_postgres_database()
+    name = url.rsplit("/", 1)[1]
+    try:
+        settings = make_settings(url, legacy_api_enabled=True)
+        async with running(settings) as api:
+            assert not isinstance(await legacy_call(api, transport, register_request("i")), Refused)
+            await refuse_connections(name, refuse=True)
+            refused = await legacy_call(api, transport, register_request("j"))
+            assert isinstance(refused, Refused)
+            assert (refused.code, refused.message) == ("unavailable", "service is unavailable")
+            assert refused.status in (0, 503)
+            await refuse_connections(name, refuse=False)
+            assert not isinstance(await legacy_call(api, transport, register_request("k")), Refused)
+    finally:
+        await refuse_connections(name, refuse=False)
+        await drop_postgres_database(url)

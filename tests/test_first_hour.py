@@ -32,6 +32,7 @@ COMMANDS = (
     "stats",
     "config",
     "healthcheck",
+    "legacy",
 )
 
 

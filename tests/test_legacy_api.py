@@ -27,6 +27,7 @@ from tests.support.legacy import (
     stored,
     welcome,
 )
+from workers.sweeper import sweep_once
 
 MALFORMED = ("invalid_argument", "request is malformed")
 NO_ID = ("invalid_argument", "missing installation id")
@@ -318,3 +319,37 @@ def _with_keys(
     return lpb.SubscribeWithMetadataRequest(
         installation_id=installation_id, subscriptions=[_subscription(topic, keys, silent)]
     )
+
+
+async def test_the_sweep_deletes_expired_installations_and_old_unregistered_subscriptions(api: Api) -> None:
+    await legacy_call(api, "json", register_request("stale"))
+    await legacy_call(
+        api,
+        "json",
+        lpb.SubscribeWithMetadataRequest(
+            installation_id="stale",
+            subscriptions=[
+                lpb.Subscription(
+                    topic=group(1),
+                    hmac_keys=[lpb.Subscription.HmacKey(thirty_day_periods_since_epoch=1, key=b"k")],
+                )
+            ],
+        ),
+    )
+    await legacy_call(
+        api, "json", lpb.SubscribeRequest(installation_id="never-registered", topics=[group(2)])
+    )
+    await legacy_call(api, "json", register_request("fresh"))
+    await legacy_call(api, "json", lpb.SubscribeRequest(installation_id="fresh", topics=[group(3)]))
+    ago = api.runtime.legacy_rules.ttl_ns + 1_000_000_000
+    async with api.runtime.engine.begin() as connection:
+        for statement in (
+            f"UPDATE legacy_installations SET registered_ns = registered_ns - {ago} WHERE id = 'stale'",
+            f"UPDATE legacy_subscriptions SET created_ns = created_ns - {ago} WHERE installation_id <> 'fresh'",
+        ):
+            await connection.execute(text(statement))
+    await sweep_once(api.runtime)
+    rows = await stored(api)
+    assert [r[0] for r in rows["installations"]] == ["fresh"]
+    assert [(r[0], r[1]) for r in rows["subscriptions"]] == [("fresh", group(3))]
+    assert rows["keys"] == []

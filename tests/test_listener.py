@@ -11,11 +11,12 @@ verifies every webhook with `standardwebhooks`. Hints are counted by (topic, seq
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,10 +25,13 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
+from app.legacy import service as legacy_service
+from app.legacy.commands import Mechanism, MechanismKind, RegisterInstallation, Subscribe
 from app.network import repository
 from app.ops.stats import listener_summary
 from app.proto.xmtp.backend.v1 import notification_pb2 as npb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
+from app.proto.xmtp.mls.api.v1 import mls_pb2
 from app.queue.activity import ListenerState
 from app.queue.base import ENVELOPES, delivery_stream
 from app.runtime import Runtime, open_runtime
@@ -52,6 +56,7 @@ from fakes.fake_xmtpd import (
 )
 from fakes.webhook_receiver import Receiver
 from tests.support import clear_tables, make_settings
+from tests.support.queues import FailingAdds
 from workers.listener import PAGE_LIMIT, run_listener
 from workers.runner import run_workers
 from workers.server import running_api
@@ -587,30 +592,11 @@ async def test_a_mark_never_moves_back(database_url: str) -> None:
 # --- failures on our side -------------------------------------------------------------------------
 
 
-class FailingAdds:
-    """A work queue (the in-process one underneath) whose adds to the envelope stream fail while told,
-    as Redis does when it is unreachable."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.failing = False
-        self.failed = 0
-
-    async def add_each(self, stream: str, parts: Mapping[int, Sequence[bytes]]) -> None:
-        if self.failing and stream == ENVELOPES:
-            self.failed += 1
-            raise ConnectionError("queue unreachable")
-        await self.inner.add_each(stream, parts)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 async def test_envelopes_that_could_not_be_queued_are_caught_up_later(sqlite_url: str) -> None:
     async with harness(sqlite_url, listener=False) as h:
         g = group_topic()
         a = await h.member(g)
-        queue = FailingAdds(h.runtime.queue)
+        queue = FailingAdds(h.runtime.queue, ENVELOPES)
         h.start_listener(replace(h.runtime, queue=queue))
         await h.connected()
         h.fake.publish([group_message(100, 1, g)])
@@ -663,3 +649,39 @@ async def test_a_clean_stop_is_told_as_stopped_not_as_silence(sqlite_url: str) -
         stopped = await reported(h.runtime)
         assert stopped is not None and stopped.state == "stopped"
         assert listener_summary(stopped, stopped.updated + 600) == ("stopped 600 s ago (a clean stop)", "off")
+
+
+# --- legacy subscriptions ---------------------------------------------------------------------------
+
+
+async def test_envelopes_reach_legacy_subscriptions_as_v3_messages(sqlite_url: str) -> None:
+    """docs/legacy.md#the-v3-message: an xmtpd group message and welcome reach legacy subscriptions
+    of their topic strings, built as the v3 node would have sent them, keyed by their origin."""
+    async with Receiver() as operator:
+        delivery = operator.endpoint(signed=False)
+        overrides = {"legacy_api_enabled": True, "legacy_http_delivery_url": delivery.url}
+        async with harness(sqlite_url, **overrides) as h:
+            g, w = group_topic(), welcome_topic()
+            strings = [f"/xmtp/mls/1/{letter}-{t[1:].hex()}/proto" for letter, t in (("g", g), ("w", w))]
+            rules = h.runtime.legacy_rules
+            async with h.runtime.sessions() as session, session.begin():
+                mechanism = Mechanism(MechanismKind.CUSTOM, "operator-token")
+                await legacy_service.register(session, rules, RegisterInstallation("legacy", mechanism))
+                specs = legacy_service.topics_only(strings)
+                await legacy_service.subscribe(
+                    session, rules, Subscribe("legacy", specs, with_metadata=False)
+                )
+            await h.connected()
+            h.fake.publish([group_message(100, 7, g, should_push=True), welcome_message(100, 8, w)])
+            await h.until(lambda: len(delivery.requests) == 2, "both legacy deliveries")
+            by_topic = {r.payload["message"]["content_topic"]: r.payload for r in delivery.requests}
+            group = mls_pb2.GroupMessage.FromString(
+                base64.b64decode(by_topic[strings[0]]["message"]["message"])
+            )
+            assert (group.v1.id, group.v1.group_id, group.v1.should_push) == (7, g[1:], True)
+            assert by_topic[strings[0]]["idempotency_key"] == "100:7"
+            assert by_topic[strings[1]]["message_context"] == {"message_type": "v3-welcome"}
+            welcome = mls_pb2.WelcomeMessage.FromString(
+                base64.b64decode(by_topic[strings[1]]["message"]["message"])
+            )
+            assert (welcome.v1.id, welcome.v1.installation_key) == (8, w[1:])

@@ -23,6 +23,7 @@ from prometheus_client import REGISTRY
 from fakes.fake_xmtpd import FakeXmtpd, group_message, group_topic
 from fakes.webhook_receiver import Receiver
 from tests.support import pipeline as pipeline_support
+from tests.support.listeners import stack_env
 from tests.support.pipeline import Member, Stack, hints_of, running_pipeline, wait_until
 
 redis_url = pipeline_support.redis_url
@@ -37,20 +38,6 @@ TOPICS = 10
 STEPS = 30
 STEP_SECONDS = 0.2
 KILL_AT_STEP = 12
-
-
-def listener_env(database_url: str, redis_url: str, xmtpd_address: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XMTP_PUSH_")}
-    env.update(
-        {
-            "XMTP_PUSH_DATABASE_URL": database_url,
-            "XMTP_PUSH_REDIS_URL": redis_url,
-            "XMTP_PUSH_XMTPD_ADDRESS": xmtpd_address,
-            "XMTP_PUSH_XMTPD_TLS": "false",
-            "XMTP_PUSH_METRICS_PORT": "0",  # two listeners on one host: a free port each
-        }
-    )
-    return env
 
 
 def start_listener(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -82,7 +69,7 @@ async def test_two_listeners_fan_each_envelope_out_once_and_a_killed_one_loses_n
             for i in range(MEMBERS):
                 mine = (topics[i % TOPICS], topics[(i + 1) % TOPICS])
                 members.append((await pipe.member(receiver.endpoint(), *mine), mine))
-            env = listener_env(stack.database_url, stack.redis_url, fake.address)
+            env = stack_env(stack, xmtpd_address=fake.address, xmtpd_tls="false")
             listeners = [start_listener(env, log) for log in logs]
             await fake.wait_for(lambda: fake.open_streams == 2, 30, "both listeners' streams")
             victim, survivor = listeners

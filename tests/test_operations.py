@@ -26,9 +26,12 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
 
 from app.core.config import Settings
+from app.legacy.models import LegacyInstallation, LegacySubscription
 from app.ops.stats import collect_stats
+from app.proto.notifications.v1 import service_pb2 as lpb
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
 from app.queue.activity import ListenerState
@@ -40,6 +43,8 @@ from fakes.tls import TlsFiles
 from fakes.webhook_receiver import Receiver
 from tests.support import make_settings, running
 from tests.support import pipeline as pipeline_support
+from tests.support.legacy import SERVICE as LEGACY
+from tests.support.legacy import register_request
 from tests.support.ops import (
     ENV_EXAMPLE,
     ROOT,
@@ -263,6 +268,45 @@ async def test_nginx_example_routes_grpc_and_connect(
         async with api.runtime.sessions() as session:
             assert await session.get(Recipient, through_grpc.rid) is not None
             assert await session.get(Recipient, rid) is not None
+
+
+@pytest.mark.tools("nginx")
+async def test_nginx_example_gives_both_platforms_of_the_legacy_api_one_address(
+    postgresql_url: str, tls: TlsFiles, tmp_path: Path
+) -> None:
+    """docs/switching.md#one-address-for-both-platforms: Android's gRPC and iOS's Connect proto (and
+    Connect JSON) reach the legacy API through the one address of the example."""
+    async with running(make_settings(postgresql_url, legacy_api_enabled=True)) as api:
+        port = free_port()
+        config = nginx_config(tmp_path, tls, port, api.http_port, api.grpc_port)
+        async with running_nginx(config, port):
+            android = register_request("android", firebase_device_token="f" * 40)
+            credentials = grpc.ssl_channel_credentials(read_bytes(tls.ca_file))
+            async with grpc.aio.secure_channel(f"localhost:{port}", credentials) as channel:
+                rpc = channel.unary_unary(
+                    f"/{LEGACY}/RegisterInstallation",
+                    request_serializer=lambda b: b,
+                    response_deserializer=lpb.RegisterInstallationResponse.FromString,
+                )
+                answer = await rpc(android.SerializeToString(), timeout=10)
+                assert answer.installation_id == "android" and answer.valid_until > 0
+            ios = register_request("ios", apns_device_token="a" * 64)
+            verify = ssl.create_default_context(cafile=tls.ca_file)
+            async with httpx.AsyncClient(base_url=f"https://localhost:{port}", verify=verify) as client:
+                path = f"/{LEGACY}/RegisterInstallation"
+                headers = {"content-type": "application/proto"}
+                reply = await client.post(path, content=ios.SerializeToString(), headers=headers)
+                assert reply.status_code == 200, reply.text
+                assert reply.headers["content-type"] == "application/proto"
+                assert lpb.RegisterInstallationResponse.FromString(reply.content).installation_id == "ios"
+                topics = {"installationId": "ios", "topics": ["/xmtp/mls/1/g-" + "0" * 32 + "/proto"]}
+                subscribed = await client.post(f"/{LEGACY}/Subscribe", json=topics)
+                assert (subscribed.status_code, subscribed.json()) == (200, {})
+        async with api.runtime.sessions() as session:
+            stored = {i.id: i.kind for i in (await session.scalars(select(LegacyInstallation))).all()}
+            subscriptions = (await session.scalars(select(LegacySubscription))).all()
+        assert stored == {"android": 2, "ios": 1}  # fcm, apns
+        assert [s.installation_id for s in subscriptions] == ["ios"]
 
 
 # --- metrics after a scripted run ------------------------------------------------------------------

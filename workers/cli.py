@@ -19,8 +19,8 @@ COMMANDS = {
     "api": "HTTP API (Connect, ingest, health, metrics; the Matrix notify route when configured) and gRPC API",
     "worker": "fan-out and delivery workers (needs XMTP_PUSH_REDIS_URL); run as many as you like",
     "listen": (
-        "the xmtpd firehose listener (two or more for availability; needs XMTP_PUSH_XMTPD_ADDRESS and "
-        "XMTP_PUSH_REDIS_URL)"
+        "the network listeners: xmtpd's firehose and node-go's SubscribeAll (two or more for availability; "
+        "needs XMTP_PUSH_XMTPD_ADDRESS or XMTP_PUSH_NODE_GO_ADDRESS, and XMTP_PUSH_REDIS_URL)"
     ),
     "migrate": "apply database migrations (alembic upgrade head)",
     "gateway": "the Matrix push gateway alone (needs XMTP_PUSH_MATRIX_APPS; no database)",
@@ -151,10 +151,11 @@ def _worker(settings: Settings) -> None:
 
 
 def _listen(settings: Settings) -> None:
+    from app.ops.roles import needs_one_of
     from workers.server import serve_listener
 
-    if not settings.xmtpd_address:
-        _refuse("XMTP_PUSH_XMTPD_ADDRESS: required by `listen`")
+    if not (settings.xmtpd_address or settings.node_go_address):
+        _refuse(needs_one_of("listen"))
     if not settings.redis_url:
         _refuse("XMTP_PUSH_REDIS_URL: required by `listen`")
     run_loop(settings, serve_listener(settings))
@@ -285,7 +286,7 @@ MATRIX_SERVING = {"dev", "api", "gateway"}
 # Commands whose pushes use the flat settings' channels (`listen` only reads the network).
 SENDING = {"dev", "api", "worker", "marmot", "send-test"}
 # Commands meant for a person: their answer on stdout, and only log lines that call for attention.
-FOR_A_PERSON = {"config", "stats", "send-test", "migrate", "healthcheck"}
+FOR_A_PERSON = {"config", "stats", "send-test", "migrate", "healthcheck", "legacy"}
 
 
 def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -296,6 +297,7 @@ def _operator_command(settings: Settings, args: argparse.Namespace) -> int:
         "stats": commands.run_stats,
         "config": commands.run_config_check,
         "healthcheck": commands.run_healthcheck,
+        "legacy": commands.run_legacy_import,
     }[args.command]
     with expected_failures(settings):
         return runner(settings, args)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core import metrics
 from app.fanout.fanout_job import FanoutJob
@@ -22,23 +25,76 @@ ENTRIES_PER_READ = 4
 UNSENT_ACKS = 1_000
 
 
+class FanoutSource(Protocol):
+    """What a source's fan-out jobs are, for the one fan-out loop: the stream they wait on, how one is
+    read and claimed, and what a page of its subscribers turns into."""
+
+    stream: str
+
+    def decode(self, payload: bytes) -> Any:
+        """A job, or ValueError / TypeError / KeyError."""
+
+    def claim(self, job: Any) -> str | None:
+        """The key that makes its envelope fanned out once, for a first page; None for a later page."""
+
+    async def fan_out(self, session: AsyncSession, job: Any) -> Any:
+        """One page of the job's subscribers turned into delivery jobs and next pages."""
+
+    def follow_up(self, commit: Commit, page: Any) -> None:
+        """Queue what a page made, with its entry's acknowledgement."""
+
+    def count(self, job: Any, page: Any) -> None: ...
+
+
+class XmtpFanout:
+    """The new API's envelopes, to recipients' subscriptions."""
+
+    stream = ENVELOPES
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.page_size = runtime.settings.fanout_page_size
+        self.ranges = runtime.settings.fanout_ranges
+
+    def decode(self, payload: bytes) -> FanoutJob:
+        return FanoutJob.decode(payload)
+
+    def claim(self, job: FanoutJob) -> str | None:
+        return job.dedup_key if job.first_page else None
+
+    async def fan_out(self, session: AsyncSession, job: FanoutJob) -> FanoutPage:
+        return await fan_out_page(session, job, self.page_size, self.ranges)
+
+    def follow_up(self, commit: Commit, page: FanoutPage) -> None:
+        _add_follow_up(commit, page)
+
+    def count(self, job: FanoutJob, page: FanoutPage) -> None:
+        _count(job, page)
+
+
 class FanoutWorker:
-    def __init__(self, runtime: Runtime, queue: WorkQueue, consumer: str, share: Share) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        queue: WorkQueue,
+        consumer: str,
+        share: Share,
+        source: FanoutSource | None = None,
+    ) -> None:
         self.runtime = runtime
         self.queue = queue
         self.consumer = consumer
         self.share = share
-        self.page_size = runtime.settings.fanout_page_size
-        self.ranges = runtime.settings.fanout_ranges
+        self.source = source or XmtpFanout(runtime)
+        self.stream = self.source.stream
         self.dedup_ttl = runtime.settings.dedup_ttl_seconds
         self._unsent = Unsent(UNSENT_ACKS)  # commits that failed, sent again before the next batch's
 
     async def run(self, stop: asyncio.Event) -> None:
-        outage = Outage(log, "fan-out", self.runtime.dependencies)
+        outage = Outage(log, f"{self.stream} fan-out", self.runtime.dependencies)
         while not stop.is_set():
             try:
                 entries = await self.queue.read(
-                    ENVELOPES, self.consumer, ENTRIES_PER_READ, READ_BLOCK_SECONDS, self.share.partitions
+                    self.stream, self.consumer, ENTRIES_PER_READ, READ_BLOCK_SECONDS, self.share.partitions
                 )
                 if entries:
                     await self._handle(entries)
@@ -61,11 +117,11 @@ class FanoutWorker:
         pages = []
         async with self.runtime.reads() as session:
             for _, job in jobs:
-                pages.append(await fan_out_page(session, job, self.page_size, self.ranges))
+                pages.append(await self.source.fan_out(session, job))
         for (partition, _), page in zip(jobs, pages, strict=True):
-            _add_follow_up(commits[partition], page)
+            self.source.follow_up(commits[partition], page)
         for (_, job), page in zip(jobs, pages, strict=True):
-            _count(job, page)  # the work done, as deliveries count their attempts
+            self.source.count(job, page)  # the work done, as deliveries count their attempts
         await self._commit(list(commits.values()))
 
     async def _commit(self, commits: list[Commit]) -> None:
@@ -74,12 +130,12 @@ class FanoutWorker:
         are reclaimed and fanned out again)."""
         batch = self._unsent.take(commits)
         try:
-            await self.queue.commit_each(ENVELOPES, batch)
+            await self.queue.commit_each(self.stream, batch)
         except Exception:
             self._unsent.keep(batch)
             raise
 
-    async def _claimed(self, entries: list[Entry]) -> list[tuple[int, FanoutJob]]:
+    async def _claimed(self, entries: list[Entry]) -> list[tuple[int, Any]]:
         """The entries' jobs with their partitions, less the envelopes already fanned out. A first
         page claims its envelope for its entry (which keeps its id when reclaimed after a crash,
         and so its claim); the same envelope taken in again, in this batch or later, finds the claim
@@ -88,11 +144,11 @@ class FanoutWorker:
         An entry is its partition and its id together: partitions added to in one millisecond give
         their entries the same ids. A claim lives in its envelope's partition, so the id alone names
         the owner there; the answers are looked up by both."""
-        decoded = [(entry, job) for entry in entries if (job := _decode(entry)) is not None]
+        decoded = [(entry, job) for entry in entries if (job := self._decode(entry)) is not None]
         firsts: dict[int, list[tuple[str, str]]] = {}
         for entry, job in decoded:
-            if job.first_page:
-                firsts.setdefault(entry.partition, []).append((job.dedup_key, entry.id))
+            if (key := self.source.claim(job)) is not None:
+                firsts.setdefault(entry.partition, []).append((key, entry.id))
         # Each partition's claims in one script; the partitions' at once.
         flags = await asyncio.gather(
             *(self.queue.claim_once(claims, self.dedup_ttl, p) for p, claims in firsts.items())
@@ -105,16 +161,15 @@ class FanoutWorker:
         return [
             (entry.partition, job)
             for entry, job in decoded
-            if not job.first_page or held[entry.partition, entry.id]
+            if held.get((entry.partition, entry.id), True)  # a later page: its claim's holder's
         ]
 
-
-def _decode(entry: Entry) -> FanoutJob | None:
-    try:
-        return FanoutJob.decode(entry.payload)
-    except (ValueError, TypeError, KeyError):
-        log.error("dropping an undecodable envelope entry")
-        return None
+    def _decode(self, entry: Entry) -> Any:
+        try:
+            return self.source.decode(entry.payload)
+        except (ValueError, TypeError, KeyError):
+            log.error("dropping an undecodable envelope entry")
+            return None
 
 
 def _add_follow_up(commit: Commit, page: FanoutPage) -> None:
@@ -132,10 +187,17 @@ def _count(job: FanoutJob, page: FanoutPage) -> None:
 
 
 async def run_fanout(
-    runtime: Runtime, queue: WorkQueue, consumer: str, share: Share, stop: asyncio.Event
+    runtime: Runtime,
+    queue: WorkQueue,
+    consumer: str,
+    share: Share,
+    stop: asyncio.Event,
+    source: FanoutSource | None = None,
 ) -> None:
+    """`fanout_concurrency` loops of a source's fan-out (the new API's when None)."""
+    name = "fanout" if source is None else f"{source.stream}-fanout"
     loops: Sequence[FanoutWorker] = [
-        FanoutWorker(runtime, queue, f"{consumer}-fanout-{n}", share)
+        FanoutWorker(runtime, queue, f"{consumer}-{name}-{n}", share, source)
         for n in range(runtime.settings.fanout_concurrency)
     ]
     await asyncio.gather(*(loop.run(stop) for loop in loops))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ import grpc
 from app.core import metrics
 from app.envelopes.types import Envelope
 from app.fanout.service import enqueue_envelopes
+from app.legacy.fanout import enqueue_legacy, from_network
 from app.network import repository
 from app.network.decoding import MalformedEnvelope, decode
 from app.ops.failures import tell_or_log
@@ -31,6 +31,7 @@ from app.proto.xmtp.xmtpv4.message_api import message_api_pb2_grpc as api_grpc
 from app.queue.activity import LISTENER_STATES, ListenerState
 from app.queue.base import WorkQueue
 from app.runtime import Runtime
+from workers.outage import Reachability, keep_connected, node_channel
 
 log = logging.getLogger(__name__)
 # What the listener does while the network node, the database or Redis cannot serve (told once).
@@ -44,7 +45,6 @@ SEEN_CAPACITY = 200_000
 MARKS_SAVE_SECONDS = 1.0
 # The listener's state and lag reach /status at least this often while the stream is open.
 REPORT_SECONDS = 10.0
-BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS = 0.5, 30.0
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 30_000),
@@ -83,7 +83,7 @@ class Listener:
         # Whether the firehose stream is open now (readiness), and whether the last attempts to open
         # it failed (told once, not at every retry).
         self._open = False
-        self._unreachable = False
+        self._reach = Reachability(log, XMTPD_ADDRESS, "the xmtpd node", "the firehose")
 
     async def firehose_open(self) -> bool:
         """Readiness: the firehose stream is open (the node answered it)."""
@@ -93,14 +93,7 @@ class Listener:
         async with self.runtime.sessions() as session:
             self.marks = await repository.load_marks(session)
         self._stored = dict(self.marks)
-        failures = 0
-        while not stop.is_set():
-            healthy = await self._connect_once(stop)
-            if stop.is_set():
-                break
-            failures = 0 if healthy else failures + 1
-            metrics.listener_reconnects_total.inc()
-            await _wait(stop, backoff(failures))
+        await keep_connected(stop, self._connect_once, metrics.listener_reconnects_total)
         await self._save_marks(force=True)
         await self._enter("stopped")
 
@@ -116,7 +109,8 @@ class Listener:
                 try:
                     first = await self._next(stream, stop)
                     opened = self._open = True
-                    self._reached()
+                    self._reach.answered()
+                    log.info("firehose stream open")
                     await self._ingest(first.envelopes, catch_up=False)
                     established = True
                     await self._enter("catching_up")
@@ -133,7 +127,7 @@ class Listener:
             if opened:
                 log.warning("firehose stream ended: %s; reconnecting", error.code().name)
             else:
-                self._not_reached(error.code())
+                self._reach.failed(error.code())
         except _Stopped:
             pass
         except StopAsyncIteration:
@@ -148,25 +142,8 @@ class Listener:
             tell_or_log(error, self.runtime.dependencies, RECONNECTS, log, "listener connection failed")
         return established
 
-    def _not_reached(self, code: grpc.StatusCode) -> None:
-        """The node did not open the stream: said once until it does, with the setting to look at."""
-        if not self._unreachable:
-            self._unreachable = True
-            what = "is unreachable" if code is grpc.StatusCode.UNAVAILABLE else "refused the firehose"
-            log.warning("%s: the xmtpd node %s (%s); retrying with backoff", XMTPD_ADDRESS, what, code.name)
-
-    def _reached(self) -> None:
-        if self._unreachable:
-            self._unreachable = False
-            log.warning("%s: the xmtpd node answers again", XMTPD_ADDRESS)
-        log.info("firehose stream open")
-
     def _channel(self) -> grpc.aio.Channel:
-        if self.tls:
-            return grpc.aio.secure_channel(
-                self.address, grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS
-            )
-        return grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        return node_channel(self.address, tls=self.tls, options=CHANNEL_OPTIONS)
 
     async def _next(self, stream: object, stop: asyncio.Event) -> api.SubscribeEnvelopesResponse:
         read = asyncio.ensure_future(stream.read())  # type: ignore[attr-defined]
@@ -252,6 +229,8 @@ class Listener:
             self._count(kinds, dropped, now_ns, last_ns)
         if pushable:
             await enqueue_envelopes(self.queue, pushable)
+            if self.runtime.settings.legacy_api_enabled:
+                await enqueue_legacy(self.queue, from_network(pushable))
         # Only once queued: what failed to queue is read again by the next catch-up, not a duplicate.
         self._remember(fresh)
         self._raise_marks(newest)
@@ -321,17 +300,6 @@ class Listener:
             state = ListenerState(self._lag_seconds, time.time(), self._state, lag_envelopes)
             with contextlib.suppress(Exception):  # telemetry only
                 await activity.set_listener(state)
-
-
-def backoff(failures: int) -> float:
-    """Capped exponential with full jitter; a short pause even after a healthy stream ended."""
-    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0**failures)
-    return random.uniform(ceiling / 2, ceiling)
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 def new_listener(runtime: Runtime) -> Listener:

@@ -8,10 +8,17 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 from app.core.apps import DEFAULT_APP
+from app.core.channels import Channel
 from app.core.dependencies import DependencyLog
 from app.delivery.provider import Provider
+from app.legacy.deliveries import LegacyDeliveries, payload_settings
+from app.legacy.fanout import LegacyFanout, channel_chooser
+from app.legacy.payloads import HTTP_DELIVERY_APP
 from app.queue.backlog import sample_backlog
 from app.queue.base import ENVELOPES, Share, WorkQueue, delivery_stream
 from app.queue.ownership import PartitionOwnership
@@ -20,7 +27,7 @@ from app.recipients.types import DELIVERY_CHANNELS
 from app.runtime import STREAMS, Runtime
 from workers.delivery_worker import DeliveryWorker, XmtpDeliveries
 from workers.fanout_worker import run_fanout
-from workers.outage import Outage
+from workers.outage import Outage, pause
 
 log = logging.getLogger(__name__)
 PROMOTE_BATCH = 1000
@@ -47,6 +54,7 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event, share: Share | None
     share = share or Share.everything(queue.partitions)
     targets = RecipientTargets(runtime.sessions, runtime.reads)
     providers = xmtp_providers(runtime)
+    legacy = legacy_workers(runtime, queue, consumer, share)
     await asyncio.gather(
         run_fanout(runtime, queue, consumer, share, stop),
         *(
@@ -55,6 +63,7 @@ async def run_workers(runtime: Runtime, stop: asyncio.Event, share: Share | None
             )
             for p in providers
         ),
+        *(legacy.loops(runtime, queue, consumer, share, stop) if legacy else ()),
         promote_retries(queue, share, stop, runtime.dependencies),
         watch_queue(runtime, queue, stop),
         *([keep_share(ownership, share, stop, runtime.dependencies)] if ownership else []),
@@ -94,7 +103,7 @@ async def keep_share(
             owned = tuple(sorted(await ownership.beat()))
             outage.succeeded()
         except Exception as error:
-            await _wait(stop, outage.failed(error))
+            await pause(stop, outage.failed(error))
             continue
         if owned != share.partitions:
             share.partitions = owned
@@ -102,7 +111,41 @@ async def keep_share(
                 "worker reads %d of %d partitions (%d workers)",
                 len(owned), ownership.partitions, len(ownership.members),
             )  # fmt: skip
-        await _wait(stop, ownership.beat_seconds)
+        await pause(stop, ownership.beat_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyWorkers:
+    fanout: LegacyFanout
+    deliveries: list[DeliveryWorker]
+
+    def loops(
+        self, runtime: Runtime, queue: WorkQueue, consumer: str, share: Share, stop: asyncio.Event
+    ) -> list[Coroutine[Any, Any, None]]:
+        fanout = run_fanout(runtime, queue, consumer, share, stop, self.fanout)
+        return [fanout, *(worker.run(stop) for worker in self.deliveries)]
+
+
+def legacy_workers(runtime: Runtime, queue: WorkQueue, consumer: str, share: Share) -> LegacyWorkers | None:
+    """The legacy source's fan-out and a delivery worker per channel it pushes by, when it is on:
+    APNs and FCM through their default apps, the HTTP delivery through its own."""
+    settings = runtime.settings
+    if not settings.legacy_api_enabled:
+        return None
+    apns = runtime.providers.get(Channel.APNS, DEFAULT_APP)
+    fcm = runtime.providers.get(Channel.FCM, DEFAULT_APP)
+    http = runtime.providers.get(Channel.HTTP, HTTP_DELIVERY_APP)
+    channel_of = channel_chooser(apns=apns is not None, fcm=fcm is not None, http=http is not None)
+    fanout = LegacyFanout(runtime.legacy_rules, settings.fanout_page_size, channel_of)
+    source = LegacyDeliveries(
+        runtime.sessions, runtime.reads, runtime.legacy_rules, channel_of, payload_settings(settings)
+    )
+    deliveries = [
+        DeliveryWorker(runtime, queue, p, source, f"{consumer}-legacy-{p.channel}", share)
+        for p in (apns, fcm, http)
+        if p is not None
+    ]
+    return LegacyWorkers(fanout, deliveries)
 
 
 def xmtp_providers(runtime: Runtime) -> list[Provider]:
@@ -121,10 +164,10 @@ async def promote_retries(
             moved = await queue.promote_due(time.time(), PROMOTE_BATCH, share.partitions)
             outage.succeeded()
         except Exception as error:
-            await _wait(stop, outage.failed(error))
+            await pause(stop, outage.failed(error))
             continue
         if moved < PROMOTE_BATCH:
-            await _wait(stop, PROMOTE_IDLE_SECONDS)
+            await pause(stop, PROMOTE_IDLE_SECONDS)
 
 
 async def watch_queue(runtime: Runtime, queue: WorkQueue, stop: asyncio.Event) -> None:
@@ -140,9 +183,4 @@ async def watch_queue(runtime: Runtime, queue: WorkQueue, stop: asyncio.Event) -
                 for stream in STREAMS:
                     await queue.retire_consumers(stream, DEAD_CONSUMER_SECONDS)
         rounds += 1
-        await _wait(stop, GAUGE_SECONDS)
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        await pause(stop, GAUGE_SECONDS)

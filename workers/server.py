@@ -36,6 +36,7 @@ from app.runtime import Runtime, load_matrix_apps, open_gateway_alone, open_runt
 from workers.http_protocol import header_bound_protocol
 from workers.listener import new_listener, run_listener
 from workers.marmot_server import open_marmot
+from workers.node_go_listener import new_node_go_listener, run_node_go_listener
 from workers.runner import run_workers
 from workers.sweeper import run_sweeper
 
@@ -284,6 +285,8 @@ async def serve_dev(settings: Settings) -> None:
     jobs: list[BackgroundJob] = [run_workers]
     if settings.xmtpd_address:
         jobs.append(run_listener)
+    if settings.node_go_address:
+        jobs.append(run_node_go_listener)
     if settings.marmot_configured:
         jobs.append(run_marmot)
     await serve_api(settings, jobs, in_process_queue=True)
@@ -299,15 +302,39 @@ async def serve_gateway(settings: Settings) -> None:
 
 
 async def serve_listener(settings: Settings) -> None:
+    """`listen`: the xmtpd firehose listener, the node-go listener, or both, by the addresses set."""
     stop = _stop_on_signals()
     async with open_runtime(settings, sends=False) as runtime:
-        listener = new_listener(runtime)
-        # Ready means the firehose stream is open, beside the database and Redis answering.
-        async with serving_probes(runtime, "database", "redis", firehose=listener.firehose_open):
+        runs: list[Callable[[asyncio.Event], Coroutine[Any, Any, None]]] = []
+        # Ready means each stream is open, beside Redis (and the database the xmtpd one keeps its
+        # marks in) answering.
+        checks: dict[str, Check] = {}
+        if settings.xmtpd_address:
+            listener = new_listener(runtime)
+            runs.append(listener.run)
+            checks["firehose"] = listener.firehose_open
+        if settings.node_go_address:
+            node_go = new_node_go_listener(runtime)
+            runs.append(node_go.run)
+            checks["node_go"] = node_go.stream_open
+        uses = ("database", "redis") if settings.xmtpd_address else ("redis",)
+        async with serving_probes(runtime, *uses, **checks):
             settle_after_start_up(settings.gc_young_threshold)
             log.info("listener started")
-            await listener.run(stop)
+            await run_together(runs, stop)
             log.info("listener stopped")
+
+
+async def run_together(
+    runs: Sequence[Callable[[asyncio.Event], Coroutine[Any, Any, None]]], stop: asyncio.Event
+) -> None:
+    """Run each until `stop`; one that fails stops the others, and its error is raised."""
+    tasks = [asyncio.create_task(run(stop)) for run in runs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def serve_worker(settings: Settings) -> None:

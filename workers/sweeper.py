@@ -1,4 +1,4 @@
-"""Deletes recipients past their TTL, with their subscriptions, on a fixed interval."""
+"""Deletes recipients and legacy installations past their TTL, with their subscriptions, on a fixed interval."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 
+from app.legacy import service as legacy_service
 from app.ops.failures import tell_or_log
 from app.recipients import service
 from app.runtime import Runtime
@@ -14,14 +15,20 @@ log = logging.getLogger(__name__)
 
 
 async def sweep_once(runtime: Runtime) -> int:
-    """Delete every expired recipient, one committed batch at a time; returns how many."""
+    """Delete every expired recipient, one committed batch at a time, then every expired legacy
+    installation likewise; returns how many recipients."""
     total = 0
     while True:
         async with runtime.sessions() as session, session.begin():
             deleted = await service.sweep_expired(session, runtime.rules)
         total += deleted
         if deleted < service.SWEEP_BATCH:
-            return total
+            break
+    more = True
+    while more:
+        async with runtime.sessions() as session, session.begin():
+            more = await legacy_service.sweep_expired(session, runtime.legacy_rules, service.SWEEP_BATCH)
+    return total
 
 
 async def run_sweeper(runtime: Runtime, stop: asyncio.Event) -> None:

@@ -14,6 +14,7 @@ from app.envelopes.eligibility import KIND_OTHER, WITHOUT_SHOULD_PUSH
 from app.envelopes.parsing import MAX_BATCH, EnvelopeError, parse_json_batch, parse_server_envelope
 from app.envelopes.types import Envelope
 from app.fanout.service import Ingested, ingest_envelopes
+from app.legacy.fanout import enqueue_legacy, from_network
 from app.ops.failures import tell_or_log
 
 PROTOBUF = "application/x-protobuf"
@@ -139,6 +140,10 @@ async def ingest(request: Request) -> JSONResponse:
         return _error(503, "no queue is configured")
     try:
         ingested = await ingest_envelopes(runtime.queue, envelopes)
+        if runtime.settings.legacy_api_enabled:
+            # Legacy subscriptions of the same topics get them too (a retried call's repeats are dropped
+            # by the fan-outs' claims).
+            await enqueue_legacy(runtime.queue, from_network(envelopes))
     except Exception as error:
         tell_or_log(error, runtime.dependencies, "ingest answers 503 until it serves", log, "ingest failed")
         return _error(503, "queue is unavailable")

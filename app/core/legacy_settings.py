@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings
 
 DEFAULT_ALERT_TEXT = "New message from XMTP"
+MIN_SIGNING_KEY_BYTES, MAX_SIGNING_KEY_BYTES = 24, 64
+BAD_SIGNING_KEY = (
+    f"must be a Standard Webhooks key (whsec_ and base64, or base64) of {MIN_SIGNING_KEY_BYTES} to "
+    f"{MAX_SIGNING_KEY_BYTES} bytes"
+)
+
+
+def signing_key_bytes(text: str) -> bytes:
+    """A Standard Webhooks key as its raw bytes; ValueError (never quoting it) when it is not one."""
+    try:
+        raw = base64.b64decode(text.removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(BAD_SIGNING_KEY) from None
+    if not MIN_SIGNING_KEY_BYTES <= len(raw) <= MAX_SIGNING_KEY_BYTES:
+        raise ValueError(BAD_SIGNING_KEY)
+    return raw
 
 
 class LegacySettings(BaseSettings):
@@ -55,7 +73,9 @@ class LegacySettings(BaseSettings):
 
     @field_validator("legacy_http_delivery_authorization", "legacy_http_delivery_signing_key")
     @classmethod
-    def _empty_is_unset(cls, value: Any) -> Any:
+    def _empty_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, SecretStr) and not value.get_secret_value():
             return None
+        if isinstance(value, SecretStr) and info.field_name == "legacy_http_delivery_signing_key":
+            signing_key_bytes(value.get_secret_value())
         return value

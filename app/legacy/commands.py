@@ -1,5 +1,7 @@
 """What the five notifications.v1 RPCs ask, as the transports parse it (contract:
-docs/legacy.md#what-each-rpc-does). Values only; the rules are app.legacy.service's."""
+docs/legacy.md#what-each-rpc-does), and what an import of the Go server's database adds
+(docs/legacy.md#importing-the-go-servers-data). Values only; the rules are app.legacy.service's
+and app.legacy.importing's."""
 
 from __future__ import annotations
 
@@ -64,3 +66,26 @@ class Unsubscribe:
 @dataclass(frozen=True, slots=True)
 class DeleteInstallation:
     installation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedInstallation:
+    installation_id: str
+    mechanism: Mechanism | None  # None: the Go server held none it could push to
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedSubscription:
+    installation_id: str
+    topic: str  # the legacy string, whichever form the Go server stored
+    active: bool
+    is_silent: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedKey:
+    installation_id: str
+    topic: str
+    period: int
+    key: bytes

@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import and_, bindparam, delete, func, select, tuple_, update
+from sqlalchemy import Text, and_, any_, bindparam, delete, func, select, tuple_, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.database import fetch_rows, upsert_insert
-from app.legacy.commands import Mechanism, SubscriptionSpec
+from app.legacy.commands import (
+    ImportedInstallation,
+    ImportedKey,
+    ImportedSubscription,
+    Mechanism,
+    SubscriptionSpec,
+)
 from app.legacy.models import LegacyHmacKey, LegacyInstallation, LegacySubscription
 
 Installation = LegacyInstallation
@@ -24,6 +31,7 @@ class SubscriberRow(NamedTuple):
     is_silent: bool
     created_ns: int
     key: bytes | None  # the subscription's key for the envelope's period
+    kind: int  # the installation's mechanism kind
 
 
 class LegacyTarget(NamedTuple):
@@ -120,7 +128,7 @@ async def unsubscribe(session: AsyncSession, installation_id: str, topics: Seque
 
 
 _PAGE = (
-    select(Sub.installation_id, Sub.is_silent, Sub.created_ns, Key.key)
+    select(Sub.installation_id, Sub.is_silent, Sub.created_ns, Key.key, Installation.kind)
     .join(Installation, Installation.id == Sub.installation_id)
     .outerjoin(
         Key,
@@ -157,20 +165,39 @@ async def subscribers_page(
     return [SubscriberRow(*row) for row in await fetch_rows(session, _PAGE, parameters)]
 
 
+def _targets_statement(on_postgresql: bool) -> Any:
+    # On PostgreSQL `= ANY(array)`: one statement for any number of ids, which the driver keeps
+    # prepared (an IN list is a new statement, parsed and planned, for each length); elsewhere an
+    # expanding IN list.
+    ids = bindparam("ids", type_=postgresql.ARRAY(Text)) if on_postgresql else None
+    chosen = (
+        Installation.id == any_(ids)
+        if ids is not None
+        else Installation.id.in_(bindparam("ids", expanding=True))
+    )
+    return select(Installation.id, Installation.kind, Installation.token).where(
+        chosen,
+        ~Installation.deleted,
+        Installation.token.is_not(None),
+        Installation.registered_ns >= bindparam("alive_since"),
+    )
+
+
+_TARGETS = {on_postgresql: _targets_statement(on_postgresql) for on_postgresql in (False, True)}
+
+
 async def targets(
     session: AsyncSession, installation_ids: Sequence[str], alive_since_ns: int
 ) -> dict[str, LegacyTarget]:
-    """The current target of each installation that may still be pushed to."""
-    query = select(Installation.id, Installation.kind, Installation.token).where(
-        Installation.id.in_(list(set(installation_ids))),
-        ~Installation.deleted,
-        Installation.token.is_not(None),
-        Installation.registered_ns >= alive_since_ns,
-    )
+    """The current target of each installation that may still be pushed to: one query a batch of
+    deliveries, on the hot path's prepared statements (app.core.database.fetch_rows)."""
+    if not installation_ids:
+        return {}
+    statement = _TARGETS[session.get_bind().dialect.name == "postgresql"]
+    parameters = {"ids": list(set(installation_ids)), "alive_since": alive_since_ns}
     # kind and token are set together, and the query keeps only rows whose token is set.
-    return {
-        row[0]: LegacyTarget(cast(int, row[1]), cast(str, row[2])) for row in await session.execute(query)
-    }
+    rows = await fetch_rows(session, statement, parameters)
+    return {row[0]: LegacyTarget(cast(int, row[1]), cast(str, row[2])) for row in rows}
 
 
 async def forget_token_if_unchanged(
@@ -186,9 +213,10 @@ async def forget_token_if_unchanged(
     return bool(result.rowcount)
 
 
-async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> int:
+async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> tuple[int, int]:
     """Up to `batch` installations registered before the cutoff, with their subscriptions and keys,
-    and subscriptions as old whose installation never registered; returns installations deleted."""
+    and up to `batch` subscriptions as old whose installation never registered; returns how many of
+    each were deleted."""
     expired = list(
         (
             await session.execute(
@@ -213,4 +241,74 @@ async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> i
         await session.execute(delete(Key).where(tuple_(Key.installation_id, Key.topic).in_(stale)))
         await session.execute(delete(Sub).where(tuple_(Sub.installation_id, Sub.topic).in_(stale)))
     await session.flush()
-    return len(expired)
+    return len(expired), len(stale)
+
+
+# --- an import of the Go server's database (app.legacy.importing): add what is missing only ------
+
+
+async def existing_installations(session: AsyncSession, ids: Sequence[str]) -> set[str]:
+    query = select(Installation.id).where(Installation.id.in_(list(ids)))
+    return set((await session.execute(query)).scalars())
+
+
+async def existing_subscriptions(
+    session: AsyncSession, pairs: Sequence[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """Which (installation id, topic) pairs are stored."""
+    query = select(Sub.installation_id, Sub.topic).where(
+        tuple_(Sub.installation_id, Sub.topic).in_(list(pairs))
+    )
+    return {(row[0], row[1]) for row in await session.execute(query)}
+
+
+async def existing_keys(
+    session: AsyncSession, triples: Sequence[tuple[str, str, int]]
+) -> set[tuple[str, str, int]]:
+    """Which (installation id, topic, period) keys are stored."""
+    columns = (Key.installation_id, Key.topic, Key.period)
+    query = select(*columns).where(tuple_(*columns).in_(list(triples)))
+    return {(row[0], row[1], row[2]) for row in await session.execute(query)}
+
+
+async def add_installations(
+    session: AsyncSession, installations: Sequence[ImportedInstallation], now_ns: int
+) -> None:
+    """Each as registered at `now_ns`; an id stored meanwhile keeps what it holds."""
+    rows = [
+        {
+            "id": i.installation_id,
+            "kind": int(i.mechanism.kind) if i.mechanism else None,
+            "token": i.mechanism.token if i.mechanism else None,
+            "registered_ns": now_ns,
+            "deleted": i.deleted,
+        }
+        for i in installations
+    ]
+    await session.execute(upsert_insert(session, Installation).on_conflict_do_nothing(), rows)
+
+
+async def add_subscriptions(
+    session: AsyncSession, subscriptions: Sequence[ImportedSubscription], now_ns: int
+) -> None:
+    """Each as created at `now_ns`; a subscription stored meanwhile keeps what it holds."""
+    rows = [
+        {
+            "topic": s.topic,
+            "installation_id": s.installation_id,
+            "active": s.active,
+            "is_silent": s.is_silent,
+            "created_ns": now_ns,
+        }
+        for s in subscriptions
+    ]
+    await session.execute(upsert_insert(session, Sub).on_conflict_do_nothing(), rows)
+
+
+async def add_keys(session: AsyncSession, keys: Sequence[ImportedKey]) -> None:
+    """Each key under its period; a period's key stored meanwhile is kept."""
+    rows = [
+        {"installation_id": k.installation_id, "topic": k.topic, "period": k.period, "key": k.key}
+        for k in keys
+    ]
+    await session.execute(upsert_insert(session, Key).on_conflict_do_nothing(), rows)

@@ -137,11 +137,12 @@ async def unsubscribe(session: AsyncSession, command: Unsubscribe) -> None:
     metrics.legacy_subscriptions_total.labels("unsubscribed").inc(changed)
 
 
-async def sweep_expired(session: AsyncSession, rules: LegacyRules, batch: int) -> int:
-    """Delete up to `batch` expired installations (and subscriptions no registration keeps)."""
-    deleted = await repo.delete_expired(session, rules.alive_since(rules.clock()), batch)
-    metrics.legacy_installations_total.labels("expired").inc(deleted)
-    return deleted
+async def sweep_expired(session: AsyncSession, rules: LegacyRules, batch: int) -> bool:
+    """Delete up to `batch` expired installations and up to `batch` subscriptions no registration
+    keeps; True when there may be more."""
+    installations, orphans = await repo.delete_expired(session, rules.alive_since(rules.clock()), batch)
+    metrics.legacy_installations_total.labels("expired").inc(installations)
+    return installations == batch or orphans == batch
 
 
 def topics_only(topics: Iterable[str]) -> tuple[SubscriptionSpec, ...]:

@@ -37,7 +37,7 @@ from app.ops.failures import (
     classify,
     classify_replica,
 )
-from app.ops.roles import REQUIRED, SENDING_ROLES, XMTP_ROLES
+from app.ops.roles import REQUIRED, REQUIRED_ONE_OF, SENDING_ROLES, XMTP_ROLES, needs_one_of
 from app.quotas.quotas import unlimited_callers_warning
 from app.runtime import Runtime, open_runtime
 
@@ -205,11 +205,12 @@ def present_roles(settings: Settings) -> tuple[str, ...]:
     """The roles whose settings are present, checked when no `--role` is given: the gateway's and
     Marmot's by their own settings; the XMTP ones unless the settings are only those (a gateway or
     Marmot deployment sets no XMTP_PUSH_DATABASE_URL): `dev` without Redis, `api` and `worker`
-    with it, and `listen` with an xmtpd node."""
+    with it, and `listen` with an xmtpd or a node-go node."""
     roles = [role for role in ("gateway", "marmot") if settings.all_set(REQUIRED[role])]
     if not roles or "database_url" in settings.model_fields_set:
         xmtp = ("api", "worker") if settings.redis_url else ("dev",)
-        roles[:0] = xmtp + (("listen",) if settings.xmtpd_address else ())
+        listens = settings.xmtpd_address or settings.node_go_address
+        roles[:0] = xmtp + (("listen",) if listens else ())
     return tuple(roles)
 
 
@@ -220,6 +221,9 @@ def _required_checks(settings: Settings, roles: tuple[str, ...]) -> list[Check]:
             if not settings.all_set((name,)):
                 detail = f"{ENV_PREFIX}{name.upper()}: required by `{role}`"
                 checks.append(Check(role, False, detail, INVALID_CONFIGURATION))
+        one_of = REQUIRED_ONE_OF.get(role, ())
+        if one_of and not any(settings.all_set((name,)) for name in one_of):
+            checks.append(Check(role, False, needs_one_of(role), INVALID_CONFIGURATION))
     return checks
 
 

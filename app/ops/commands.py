@@ -1,4 +1,5 @@
-"""Operator commands: `send-test`, `stats`, `config check`. They print; they serve nothing.
+"""Operator commands: `send-test`, `stats`, `config check`, `legacy import`. They print; they serve
+nothing.
 
 Each command imports what it needs when it runs, so `stats` does not load the channel clients or
 the migration tooling.
@@ -27,6 +28,11 @@ HELP = {
     "stats": "recipients, subscriptions, queue depths and the last hour's delivery outcomes",
     "config": "configuration tools (config check)",
     "check": "validate configuration, credentials and dependencies; serve nothing",
+    "legacy": "tools of the legacy notifications.v1 API (legacy import)",
+    "import": (
+        "add the installations, subscriptions and HMAC keys of an example-notification-server-go database "
+        "(read-only) to this one; what is already here is kept"
+    ),
     "healthcheck": (
         "ask the port the running command serves for /readyz (the image's health check): exit 0 when "
         "ready, 1 otherwise"
@@ -53,6 +59,20 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
         "--role",
         choices=ROLES,
         help="check what this command needs and nothing else (default: the roles whose settings are present)",
+    )
+    legacy_commands = add(commands, "legacy").add_subparsers(
+        dest="legacy_command", required=True, metavar="COMMAND"
+    )
+    legacy_import = add(legacy_commands, "import")
+    legacy_import.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="URL",
+        help="the Go server's PostgreSQL database: postgresql://user:password@host:port/database",
+    )
+    legacy_import.add_argument(
+        "--dry-run", action="store_true", help="print what would be imported; write nothing"
     )
     health = add(commands, "healthcheck")
     health.add_argument(
@@ -170,3 +190,29 @@ def run_config_check(settings: Settings, args: argparse.Namespace) -> int:
     usable = f"configuration is usable{f' ({len(warnings)} warning(s))' if warnings else ''}"
     print(f"{len(failed)} check(s) failed" if failed else usable)
     return failed[0].exit_code if failed else 0  # the first failure's code (docs/configuration.md)
+
+
+def run_legacy_import(settings: Settings, args: argparse.Namespace) -> int:
+    from app.legacy.go_import import NotAGoDatabase, SourceFailed, UnusableSourceUrl, source_url
+    from app.ops.failures import DATABASE_NOT_MIGRATED, SOURCE_OPTION, classify_source
+    from app.ops.legacy_import import format_report, import_go_database
+
+    try:
+        source_url(args.source)
+    except UnusableSourceUrl as error:
+        print(f"xmtp-push: invalid argument: {SOURCE_OPTION}: {error}", file=sys.stderr)
+        return 2
+    try:
+        report, binary = asyncio.run(import_go_database(settings, args.source, dry_run=args.dry_run))
+    except NotAGoDatabase as error:
+        print(f"xmtp-push: {SOURCE_OPTION}: {error}", file=sys.stderr)
+        return DATABASE_NOT_MIGRATED
+    except SourceFailed as error:
+        failure = classify_source(error.__cause__ or error)
+        if failure is None:
+            raise
+        print(failure.line(), file=sys.stderr)
+        return failure.code
+    ttl = settings.legacy_installation_ttl_seconds
+    print(format_report(report, binary, dry_run=args.dry_run, ttl_seconds=ttl))
+    return 0

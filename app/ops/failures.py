@@ -31,7 +31,7 @@ DATABASE_CREDENTIALS_REFUSED = 6
 DATABASE_NOT_MIGRATED = 7
 REDIS_UNREACHABLE = 8
 MIGRATIONS_MISSING = 9
-DATABASE_DISK_FULL = 10
+DATABASE_DISK_FULL = 11
 AUTH_KEYS_UNAVAILABLE = 10  # the contract's code for a JWKS without a usable key (docs/callers.md#key-set)
 
 DATABASE_URL = f"{ENV_PREFIX}DATABASE_URL"
@@ -179,6 +179,20 @@ def classify_replica(error: BaseException) -> Failure | None:
         return failure
     problem = failure.message.removeprefix(f"{DATABASE_URL}: ").replace("the database", "the read replica")
     return Failure(failure.code, f"{DATABASE_READ_URL}: {_NOT_A_REPLICA.get(failure.code, problem)}")
+
+
+SOURCE_OPTION = "--from"
+_NOT_THE_SOURCE = {DATABASE_NOT_MIGRATED: "the database lacks a table the import reads"}
+
+
+def classify_source(error: BaseException) -> Failure | None:
+    """As `classify`, for an error met on the database `legacy import --from` reads: the line names
+    --from (never its URL, which may hold a password)."""
+    failure = classify(error)
+    if failure is None or not failure.message.startswith(f"{DATABASE_URL}: "):
+        return failure
+    problem = failure.message.removeprefix(f"{DATABASE_URL}: ").split(": create it")[0]
+    return Failure(failure.code, f"{SOURCE_OPTION}: {_NOT_THE_SOURCE.get(failure.code, problem)}")
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:

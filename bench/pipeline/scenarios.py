@@ -27,7 +27,6 @@ from hashlib import sha256
 from typing import Any
 
 import aiohttp
-import asyncpg
 import grpc
 from redis.asyncio import RedisCluster
 from standardwebhooks.webhooks import Webhook
@@ -211,15 +210,13 @@ async def copy_recipients(stage: Stage, recipients: Sequence[Recipient]) -> None
     now, http = time.time_ns(), 3  # the HTTP channel
     rows = [(r.id, sha256(r.secret).digest(), http, stage.hook, r.key, 1, now, now) for r in recipients]
     subscriptions = [(r.topic, r.id, now - 10**10, None, None, False) for r in recipients]
-    connection = await asyncpg.connect(support.asyncpg_dsn(stage.database_url))
-    try:
-        async with connection.transaction():
-            copy = connection.copy_records_to_table
-            await copy("recipients", records=rows, columns=support.RECIPIENT_COLUMNS)
-            await copy("subscriptions", records=subscriptions, columns=support.SUBSCRIPTION_COLUMNS)
-        await connection.execute("ANALYZE recipients; ANALYZE subscriptions")
-    finally:
-        await connection.close()
+    await support.copy_tables(
+        stage.database_url,
+        [
+            ("recipients", support.RECIPIENT_COLUMNS, rows),
+            ("subscriptions", support.SUBSCRIPTION_COLUMNS, subscriptions),
+        ],
+    )
 
 
 async def entries_added(client: Any, key: str) -> int:

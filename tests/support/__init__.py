@@ -32,9 +32,9 @@ POSTGRES_ADMIN_DSN = os.environ.get(
 )
 
 
-async def create_empty_postgres_database() -> str:
+async def create_empty_postgres_database(prefix: str = "xmtp_push_test") -> str:
     """A fresh PostgreSQL database without the schema; returns its SQLAlchemy URL."""
-    name = f"xmtp_push_test_{secrets.token_hex(4)}"
+    name = f"{prefix}_{secrets.token_hex(4)}"
     connection = await asyncpg.connect(POSTGRES_ADMIN_DSN)
     try:
         await connection.execute(f'CREATE DATABASE "{name}"')

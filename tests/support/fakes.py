@@ -3,9 +3,10 @@ tests/conftest.py registers this module as a plugin (`pytest_plugins`), so a tes
 imports nothing.
 
 The APNs and FCM fakes, and the TLS files they serve with, are module-scoped: a test that needs a fake
-of its own state resets it (`reset()`). The webhook receiver and the Web Push service are started for
-each test. A module that needs a fake with other options (another scope, TLS where these have none, a
-server that never answers) defines a fixture of its own under another name, or overrides one of these.
+of its own state resets it (`reset()`). The webhook receiver, the Web Push service and the node-go node
+are started for each test. A module that needs a fake with other options (another scope, TLS where
+these have none, a server that never answers) defines a fixture of its own under another name, or
+overrides one of these.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm
+from fakes.fake_node_go import FakeNodeGo
 from fakes.fake_webpush import FakeWebPush
 from fakes.tls import TlsFiles, make_tls_files
 from fakes.webhook_receiver import Receiver
@@ -61,4 +63,11 @@ async def receiver() -> AsyncIterator[Receiver]:
 async def service() -> AsyncIterator[FakeWebPush]:
     """A Web Push service over HTTP."""
     async with FakeWebPush() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def node_go() -> AsyncIterator[FakeNodeGo]:
+    """An xmtp-node-go node serving SubscribeAll over plain gRPC, in the test's event loop."""
+    async with FakeNodeGo() as fake:
         yield fake

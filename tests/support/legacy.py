@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -104,3 +105,11 @@ async def stored(api: Api) -> dict[str, Any]:
     }
     async with api.runtime.engine.connect() as connection:
         return {name: [tuple(r) for r in await connection.execute(text(sql))] for name, sql in tables.items()}
+
+
+async def legacy_ok(http: Any, request: Message) -> Message:
+    """Call the legacy API over Connect proto on `http` (an httpx client of the HTTP port), expecting
+    an answer, not an error."""
+    reply = await legacy_call(SimpleNamespace(http=http), "proto", request)  # type: ignore[arg-type]
+    assert not isinstance(reply, Refused), reply
+    return reply

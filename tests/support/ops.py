@@ -109,12 +109,14 @@ class Result:
         )
 
 
-async def run_child(args: Sequence[str], env: dict[str, str], timeout: float = CHILD_TIMEOUT) -> Result:
+async def run_child(
+    args: Sequence[str], env: dict[str, str], timeout: float = CHILD_TIMEOUT, cwd: Path = ROOT
+) -> Result:
     """Run a program without blocking this event loop (servers in it keep answering); always reaped."""
     process = await asyncio.create_subprocess_exec(
         *args,
         env=env,
-        cwd=ROOT,
+        cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -43,6 +43,8 @@ FIXTURES: dict[str, tuple[str, ...]] = {
     "postgres_api": ("postgres",),  # test_database_outage.py
     "empty_postgres": ("postgres",),  # test_cli_messages.py
     "empty_database": ("postgres",),  # test_runtime_trouble.py
+    "go_database": ("postgres",),  # test_legacy_import.py: the Go server's tables
+    "fresh_postgres": ("postgres",),  # test_legacy_import.py
     "primary_url": ("postgres", "pg_replica"),  # test_read_replica.py
     "redis_url": ("redis",),
     "redis_client": ("redis",),
@@ -67,6 +69,7 @@ def _stand(value: object) -> tuple[str, ...]:
 # Fixtures run once per stand (params=...): the services of the stand a test item runs on.
 PARAMETERS: dict[str, Callable[[object], tuple[str, ...]]] = {
     "database_url": _stand,  # sqlite | postgresql (conftest.py)
+    "our_database": _stand,  # sqlite | postgresql (test_legacy_import.py)
     "stack": _stand,  # memory-sqlite ... cluster-postgresql (tests/support/pipeline.py)
     "some_stack": _stand,
     "redis_stack": _stand,
@@ -191,6 +194,8 @@ PACKAGES = {
     "chromium": "chromium",
     "docker-compose": "docker-compose",
     "nginx": "nginx-light",
+    "node": "nodejs",
+    "npm": "npm",
     "promtool": "prometheus",
     "redis-server": "redis-server",
 }
