@@ -147,6 +147,7 @@ fast-tier:
 bench: $(BIN)/python
 	$(BIN)/python -m pip install -c $(LOCK) -e '.[dev,bench]'
 	$(BIN)/python -m bench.registration
+	$(BIN)/python -m bench.callers
 	$(BIN)/python -m bench.subscriber_plan
 	$(BIN)/python -m bench.pipeline --mode memory --scenario throughput
 	$(BIN)/python -m bench.pipeline --mode redis --workers 1 --scenario throughput

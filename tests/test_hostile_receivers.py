@@ -20,6 +20,7 @@ from app.delivery.types import OutcomeKind
 from app.delivery.url_policy import UrlPolicy
 from app.fanout.hints import Hint, webhook_push
 from app.recipients.types import Target
+from tests.support.receivers import receiving
 
 LOOPBACK = UrlPolicy(allow_insecure=True, allow_private_addresses=True)
 HUGE = 1024 * 1024 * 1024  # what the receiver offers to send
@@ -51,15 +52,8 @@ class HugeAnswers:
 @pytest.fixture
 async def huge() -> AsyncIterator[tuple[HugeAnswers, str]]:
     receiver = HugeAnswers()
-    app = web.Application()
-    app.router.add_post("/hook", receiver.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield receiver, f"http://127.0.0.1:{port}/hook"
-    await runner.cleanup()
+    async with receiving(receiver.handle) as url:
+        yield receiver, url
 
 
 async def test_a_receiver_answering_with_a_huge_body_gets_its_hint_and_is_not_read(

@@ -28,6 +28,7 @@ OLD_NAMES: dict[str, tuple[str, Any]] = {
     "http_allow_insecure": ("1", True),
     "http_timeout_seconds": ("7.5", 7.5),
     "http_max_per_host": ("3", 3),
+    "http_max_per_fast_host": ("40", 40),
 }
 
 

@@ -30,6 +30,8 @@ from app.matrix.config import gateway_address
 from app.matrix.service import Gateway
 from app.ops.checks import check_dependencies_at_start
 from app.ops.failures import DATABASE_READ_URL, classify_replica
+from app.queue.redis_streams import RedisQueue
+from app.quotas.quotas import Quotas, unlimited_callers_warning
 from app.runtime import Runtime, load_matrix_apps, open_gateway_alone, open_runtime
 from workers.http_protocol import header_bound_protocol
 from workers.listener import new_listener, run_listener
@@ -141,17 +143,24 @@ async def running_api(runtime: Runtime, *, fans_out: bool = False) -> AsyncItera
     workers run in this process too (`dev`), so its readiness includes the read replica's."""
     settings = runtime.settings
     slots = ReadSlots()  # the request bodies both servers read at once, bounded together
+    # Shared by every API process through the queue's Redis; this process's own without Redis.
+    link = runtime.queue.link if isinstance(runtime.queue, RedisQueue) else None
+    quotas = Quotas.from_settings(settings, link)
     # The key set is loaded before either port is bound: /healthz answers only once calls can be checked.
     async with opened_caller_auth(settings) as caller_auth:
         grpc_server, grpc_port = await start_grpc_server(
-            runtime, settings.grpc_host, settings.grpc_port, slots, caller_auth=caller_auth
+            runtime, settings.grpc_host, settings.grpc_port, slots, caller_auth=caller_auth, quotas=quotas
         )
-        app = create_app(runtime, reads_replica=fans_out, read_slots=slots, caller_auth=caller_auth)
+        app = create_app(
+            runtime, reads_replica=fans_out, read_slots=slots, caller_auth=caller_auth, quotas=quotas
+        )
         try:
             async with running_http(served(app), settings, settings.http_port, "HTTP") as http:
                 yield ApiServers(http.server, http.task, grpc_server, http.port, grpc_port, caller_auth)
         finally:
             await grpc_server.stop(GRACE_SECONDS)
+            if quotas is not None:
+                quotas.close()
 
 
 @contextlib.asynccontextmanager
@@ -234,6 +243,8 @@ async def serve_api(
 ) -> None:
     """Serve HTTP and gRPC until SIGTERM or SIGINT, with the sweeper and any background jobs."""
     stop = _stop_on_signals()
+    if warning := unlimited_callers_warning(settings):
+        log.warning("%s", warning)
     # On the way out the API stops first (no new work), then the background jobs finish what they hold.
     async with open_runtime(settings, in_process_queue=in_process_queue, gateway=True) as runtime:
         await check_dependencies_at_start(runtime)

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import grpc
 
 from app.api.calls import METHODS, SERVICE_NAME
 from app.api.grpc_metrics import Context, Handler, Interceptor
-from app.auth.authenticator import Authenticator
+from app.auth.authenticator import Authenticator, Principal
 from app.auth.rejections import Rejection
 from app.core.errors import Code
 
 PREFIX = f"/{SERVICE_NAME}/"
 AUTHORIZATION = "authorization"
 RPC_NAMES = {method.path: name for name, method in METHODS.items()}
+# Who the call being served was admitted as, for its quotas (app/api/call_quota.py): set by the guard
+# in the call's own task, before the method's handler runs in it.
+ADMITTED: ContextVar[Principal | None] = ContextVar("admitted", default=None)
 STATUS = {
     Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     Code.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
@@ -47,7 +51,10 @@ class GrpcAuth(Interceptor):
         verdict = self.authenticator.admit(
             authorization_values(metadata), RPC_NAMES.get(method, "an unknown method"), "gRPC"
         )
-        return verdict if isinstance(verdict, Rejection) else None
+        if isinstance(verdict, Rejection):
+            return verdict
+        ADMITTED.set(verdict)
+        return None
 
     async def intercept_service(
         self,

@@ -21,8 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.api import messages
 from app.core import errors, metrics
 from app.core.errors import Code, DomainError
+from app.core.growth import UNLIMITED, Growth
 from app.ops.failures import tell_or_log
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
+from app.quotas.quotas import Quotas
 from app.recipients import service
 from app.runtime import Runtime
 
@@ -34,30 +36,45 @@ Decoder = Callable[[type[Message]], Message]
 ANSWERING_UNAVAILABLE = "calls answer UNAVAILABLE until it serves"
 
 
+def no_topic_changes(request: Message) -> int:
+    return 0
+
+
 @dataclass(frozen=True, slots=True)
 class Method:
     name: str
     request_type: type[Message]
     response_type: type[Message]
-    run: Callable[[Runtime, AsyncSession, Message], Awaitable[Message]]
+    # `Growth`: told of each recipient or installation the call creates (the new-recipients quota).
+    run: Callable[[Runtime, AsyncSession, Message, Growth], Awaitable[Message]]
     service: str = SERVICE_NAME
+    # The subscription adds and removes a request asks for (the topic-changes quota).
+    topic_changes: Callable[[Message], int] = no_topic_changes
 
     @property
     def path(self) -> str:
         return f"/{self.service}/{self.name}"
 
 
-async def _register(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+@dataclass(frozen=True, slots=True)
+class CallQuota:
+    """The quotas a call is charged to, and who its caller is (asked only when a caller is counted)."""
+
+    quotas: Quotas
+    caller: Callable[[], str]
+
+
+async def _register(runtime: Runtime, session: AsyncSession, request: Message, growth: Growth) -> Message:
     command = messages.register_command(request)  # type: ignore[arg-type]
-    return messages.state_message(await service.register(session, runtime.rules, command))
+    return messages.state_message(await service.register(session, runtime.rules, command, growth))
 
 
-async def _unregister(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+async def _unregister(runtime: Runtime, session: AsyncSession, request: Message, growth: Growth) -> Message:
     await service.unregister(session, messages.unregister_command(request))  # type: ignore[arg-type]
     return pb.UnregisterResponse()
 
 
-async def _update(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+async def _update(runtime: Runtime, session: AsyncSession, request: Message, growth: Growth) -> Message:
     command = messages.update_command(request)  # type: ignore[arg-type]
     return messages.state_message(await service.update_subscriptions(session, runtime.rules, command))
 
@@ -67,28 +84,48 @@ METHODS = {
     for m in (
         Method("Register", pb.RegisterRequest, pb.RecipientState, _register),
         Method("Unregister", pb.UnregisterRequest, pb.UnregisterResponse, _unregister),
-        Method("UpdateSubscriptions", pb.UpdateSubscriptionsRequest, pb.RecipientState, _update),
+        Method(
+            "UpdateSubscriptions",
+            pb.UpdateSubscriptionsRequest,
+            pb.RecipientState,
+            _update,
+            topic_changes=lambda request: len(request.adds) + len(request.removes),  # type: ignore[attr-defined]
+        ),
     )
 }
 
 
-async def invoke(runtime: Runtime, method: Method, decode: Decoder, deadline: float | None) -> Message:
-    """Decode, run and render one call; raises DomainError with the answer's code."""
+async def invoke(
+    runtime: Runtime, method: Method, decode: Decoder, deadline: float | None, quota: CallQuota | None = None
+) -> Message:
+    """Decode, charge to the caller's quotas, run and render one call; raises DomainError with the
+    answer's code (errors.Throttled over a quota, before anything is changed)."""
     started = time.perf_counter()
     code = "ok"
     try:
         request = _decode(method, decode)
-        return await _within_deadline(runtime, method, request, _budget(runtime, deadline))
+        growth = await _charged(quota, method, request)
+        return await _within_deadline(runtime, method, request, _budget(runtime, deadline), growth)
     except DomainError as error:
         code = error.code.value
-        # The messages are constants (app.core.errors): they name the problem, never a value.
-        log.info("%s answered %s: %s%s", method.name, code, error.message, _told(error.violation))
+        # The messages are constants (app.core.errors): they name the problem, never a value. A call
+        # over a quota is told at DEBUG: the quota's own lines say when throttling starts and stops.
+        level = logging.DEBUG if isinstance(error, errors.Throttled) else logging.INFO
+        log.log(level, "%s answered %s: %s%s", method.name, code, error.message, _told(error.violation))
         raise
     finally:
         seconds = time.perf_counter() - started
         metrics.rpc_seconds.labels(method.name, code).observe(seconds)
         if code == "ok":
             log.debug("%s answered ok in %.1f ms", method.name, seconds * 1000)
+
+
+async def _charged(quota: CallQuota | None, method: Method, request: Message) -> Growth:
+    if quota is None:
+        return UNLIMITED
+    if quota.quotas.per_caller:
+        await quota.quotas.admit(quota.caller(), method.topic_changes(request))
+    return quota.quotas
 
 
 def _told(violation: errors.Violation | None) -> str:
@@ -109,10 +146,12 @@ def _budget(runtime: Runtime, deadline: float | None) -> float:
     return limit if deadline is None else max(0.0, min(limit, deadline))
 
 
-async def _within_deadline(runtime: Runtime, method: Method, request: Message, seconds: float) -> Message:
+async def _within_deadline(
+    runtime: Runtime, method: Method, request: Message, seconds: float, growth: Growth
+) -> Message:
     async def unit_of_work() -> Message:
         async with runtime.sessions() as session, session.begin():
-            return await method.run(runtime, session, request)
+            return await method.run(runtime, session, request, growth)
 
     # The answer must not wait for the cancelled work to unwind: a driver
     # blocked in a thread (SQLite waiting on another process's write lock)

@@ -17,11 +17,12 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from app.api.bodies import BodyTooLarge, BodyTooSlow, read_body
+from app.api.call_quota import connect_quota
 from app.api.calls import METHODS, Method, invoke
 from app.api.error_details import connect_details
 from app.api.legacy_calls import LEGACY_METHODS, LEGACY_SERVICE_NAME
 from app.api.openapi_schema import message_schema
-from app.core.errors import Code, DomainError
+from app.core.errors import Code, DomainError, Throttled
 
 JSON = "application/json"
 PROTO = "application/proto"
@@ -56,7 +57,8 @@ def error_response(error: DomainError) -> Response:
     if error.violation is not None:
         document["details"] = connect_details(error.violation)
     body = json.dumps(document, separators=(",", ":"))
-    return Response(body, status_code=HTTP_STATUS[error.code], media_type=JSON)
+    headers = {"Retry-After": str(error.retry_after_seconds)} if isinstance(error, Throttled) else None
+    return Response(body, status_code=HTTP_STATUS[error.code], media_type=JSON, headers=headers)
 
 
 def _content_type(request: Request) -> str:
@@ -121,7 +123,8 @@ def _endpoint(method: Method) -> Callable[[Request], Awaitable[Response]]:
         try:
             body = _decompressed(body, request.headers.get("content-encoding", "").strip().lower())
             decode = _decoder(body, content_type)
-            reply = await invoke(runtime, method, decode, _timeout_seconds(request))
+            quota = connect_quota(request, request.app.state.quotas)
+            reply = await invoke(runtime, method, decode, _timeout_seconds(request), quota)
         except DomainError as error:
             return error_response(error)
         return _render(reply, content_type)

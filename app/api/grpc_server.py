@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from app.api.auth_grpc import GrpcAuth
+from app.api.call_quota import grpc_quota
 from app.api.calls import METHODS, SERVICE_NAME, Method, invoke
 from app.api.error_details import grpc_trailers
 from app.api.grpc_bounds import (
@@ -32,6 +33,7 @@ from app.api.legacy_calls import LEGACY_METHODS, LEGACY_SERVICE_NAME
 from app.api.read_slots import ReadSlots
 from app.auth.caller_auth import CallerAuth
 from app.core.errors import Code, DomainError
+from app.quotas.quotas import Quotas
 from app.runtime import Runtime
 
 STATUS = {
@@ -55,13 +57,16 @@ class PortUnavailable(OSError):
 Handler = Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Coroutine[Any, Any, bytes]]
 
 
-def _handler(runtime: Runtime, method: Method) -> Handler:
+def _handler(runtime: Runtime, method: Method, quotas: Quotas | None) -> Handler:
+    trusted = runtime.settings.trusted_proxies
+
     async def handle(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         def decode(message_type: type[Message]) -> Message:
             return message_type.FromString(request)
 
         try:
-            reply = await invoke(runtime, method, decode, context.time_remaining())
+            quota = grpc_quota(context, quotas, trusted)
+            reply = await invoke(runtime, method, decode, context.time_remaining(), quota)
         except DomainError as error:
             code = STATUS[error.code]
             if error.violation is None:
@@ -74,10 +79,10 @@ def _handler(runtime: Runtime, method: Method) -> Handler:
 
 
 def service_handler(
-    runtime: Runtime, service: str, methods: dict[str, Method]
+    runtime: Runtime, service: str, methods: dict[str, Method], quotas: Quotas | None = None
 ) -> grpc.GenericRpcHandler[Any, Any]:
     handlers = {
-        name: grpc.unary_unary_rpc_method_handler(_handler(runtime, method))
+        name: grpc.unary_unary_rpc_method_handler(_handler(runtime, method, quotas))
         for name, method in methods.items()
     }
     return grpc.method_handlers_generic_handler(service, handlers)
@@ -118,10 +123,11 @@ async def start_grpc_server(
     slots: ReadSlots | None = None,
     limits: ConnectionLimits = CONNECTION_LIMITS,
     caller_auth: CallerAuth | None = None,
+    quotas: Quotas | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the bound port (useful when port is 0). `slots`: the
     process's read slots, shared with its HTTP server (a set of its own when None); `caller_auth`: the
-    process's caller authentication, when on."""
+    process's caller authentication, when on; `quotas`: the process's quotas, when any is on."""
     reads = BoundedReads(slots or ReadSlots(), runtime.settings.request_timeout_seconds)
     guard = GrpcAuth(caller_auth.authenticator) if caller_auth else None
 
@@ -135,7 +141,8 @@ async def start_grpc_server(
     options = server_options(limits, metadata_bytes=AUTH_METADATA_BYTES if guard else None)
     server = grpc.aio.server(options=options, interceptors=[guard, counted] if guard else [counted])
     services = served_services(runtime)
-    server.add_generic_rpc_handlers(tuple(service_handler(runtime, n, m) for n, m in services.items()))
+    handlers = tuple(service_handler(runtime, n, m, quotas) for n, m in services.items())
+    server.add_generic_rpc_handlers(handlers)
     # grpc-stubs' health module does not declare the `aio` submodule it re-exports.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

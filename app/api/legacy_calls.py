@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.calls import Method
 from app.core import errors
+from app.core.growth import Growth
 from app.legacy import service
 from app.legacy import topics as legacy_topics
 from app.legacy.commands import (
@@ -62,22 +63,22 @@ def subscription(item: pb.Subscription) -> SubscriptionSpec:
     return SubscriptionSpec(topic_of(item.topic, item.topic_bytes), item.is_silent, keys)
 
 
-async def _register(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+async def _register(runtime: Runtime, session: AsyncSession, request: Message, growth: Growth) -> Message:
     assert isinstance(request, pb.RegisterInstallationRequest)
     command = RegisterInstallation(request.installation_id, mechanism(request))
-    registered = await service.register(session, runtime.legacy_rules, command)
+    registered = await service.register(session, runtime.legacy_rules, command, growth)
     return pb.RegisterInstallationResponse(
         installation_id=registered.installation_id, valid_until=registered.valid_until_ms
     )
 
 
-async def _delete(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+async def _delete(runtime: Runtime, session: AsyncSession, request: Message, growth: Growth) -> Message:
     assert isinstance(request, pb.DeleteInstallationRequest)
     await service.delete(session, DeleteInstallation(request.installation_id))
     return empty_pb2.Empty()
 
 
-async def _subscribe(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+async def _subscribe(runtime: Runtime, session: AsyncSession, request: Message, growth: Growth) -> Message:
     assert isinstance(request, pb.SubscribeRequest)
     installation_id = request.installation_id
     specs = service.topics_only(_topics(installation_id, request))
@@ -87,7 +88,9 @@ async def _subscribe(runtime: Runtime, session: AsyncSession, request: Message) 
     return empty_pb2.Empty()
 
 
-async def _subscribe_with_metadata(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+async def _subscribe_with_metadata(
+    runtime: Runtime, session: AsyncSession, request: Message, growth: Growth
+) -> Message:
     assert isinstance(request, pb.SubscribeWithMetadataRequest)
     installation_id = request.installation_id
     service.check_installation_id(installation_id)  # before anything in its list, the contract's order
@@ -98,7 +101,7 @@ async def _subscribe_with_metadata(runtime: Runtime, session: AsyncSession, requ
     return empty_pb2.Empty()
 
 
-async def _unsubscribe(runtime: Runtime, session: AsyncSession, request: Message) -> Message:
+async def _unsubscribe(runtime: Runtime, session: AsyncSession, request: Message, growth: Growth) -> Message:
     assert isinstance(request, pb.UnsubscribeRequest)
     await service.unsubscribe(
         session, Unsubscribe(request.installation_id, _topics(request.installation_id, request))
@@ -109,6 +112,11 @@ async def _unsubscribe(runtime: Runtime, session: AsyncSession, request: Message
 def _topics(installation_id: str, request: pb.SubscribeRequest | pb.UnsubscribeRequest) -> tuple[str, ...]:
     service.check_installation_id(installation_id)  # before anything in its list, the contract's order
     return topics_of(list(request.topics), list(request.topics_bytes))
+
+
+def _topics_asked(request: Message) -> int:
+    """A Subscribe's or Unsubscribe's topics, as the topic-changes quota counts them."""
+    return len(request.topics) + len(request.topics_bytes)  # type: ignore[attr-defined]
 
 
 LEGACY_METHODS = {
@@ -124,14 +132,29 @@ LEGACY_METHODS = {
         Method(
             "DeleteInstallation", pb.DeleteInstallationRequest, empty_pb2.Empty, _delete, LEGACY_SERVICE_NAME
         ),
-        Method("Subscribe", pb.SubscribeRequest, empty_pb2.Empty, _subscribe, LEGACY_SERVICE_NAME),
+        Method(
+            "Subscribe",
+            pb.SubscribeRequest,
+            empty_pb2.Empty,
+            _subscribe,
+            LEGACY_SERVICE_NAME,
+            _topics_asked,
+        ),
         Method(
             "SubscribeWithMetadata",
             pb.SubscribeWithMetadataRequest,
             empty_pb2.Empty,
             _subscribe_with_metadata,
             LEGACY_SERVICE_NAME,
+            lambda request: len(request.subscriptions),  # type: ignore[attr-defined]
         ),
-        Method("Unsubscribe", pb.UnsubscribeRequest, empty_pb2.Empty, _unsubscribe, LEGACY_SERVICE_NAME),
+        Method(
+            "Unsubscribe",
+            pb.UnsubscribeRequest,
+            empty_pb2.Empty,
+            _unsubscribe,
+            LEGACY_SERVICE_NAME,
+            _topics_asked,
+        ),
     )
 }

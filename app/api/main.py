@@ -13,6 +13,7 @@ from app.api.read_slots import ReadSlots
 from app.auth.caller_auth import CallerAuth
 from app.core.probes import Probes
 from app.matrix.service import Gateway
+from app.quotas.quotas import Quotas
 from app.runtime import Runtime
 
 DOCS_STATIC = "/docs/static"
@@ -29,11 +30,12 @@ def create_app(
     reads_replica: bool = False,
     read_slots: ReadSlots | None = None,
     caller_auth: CallerAuth | None = None,
+    quotas: Quotas | None = None,
 ) -> FastAPI:
     """Build the app around a started runtime (None only to render the OpenAPI document);
     `reads_replica`: the process reads from the read replica too, so it is ready only with it;
     `read_slots`: the process's, shared with its gRPC server (a set of its own when None);
-    `caller_auth`: the process's caller authentication, when on."""
+    `caller_auth`: the process's caller authentication, when on; `quotas`: its quotas, when any is on."""
     # /docs is Swagger UI with its script, style and icon served from the fastapi-offline package
     # under /docs/static: it works on a host that reaches no CDN. Swagger UI's validator badge (an
     # image from its public validator site) is off for the same reason.
@@ -47,6 +49,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.read_slots = read_slots or ReadSlots()
+    app.state.quotas = quotas
     if runtime is not None:
         checks = ("database", "redis", "replica") if reads_replica else ("database", "redis")
         app.state.probes = runtime.probes(*checks)

@@ -29,6 +29,12 @@ class Principal:
     issuer: str | None = None
     subject: str | None = None
 
+    def identity(self) -> str:
+        """Who counts as one caller for the quotas (app.quotas): never logged."""
+        if self.api_key is not None:
+            return f"api-key:{self.api_key}"
+        return f"jwt:{self.issuer or ''}\x00{self.subject or ''}"
+
 
 class Authenticator:
     def __init__(

@@ -46,6 +46,7 @@ from app.core.auth_settings import (
 )
 from app.core.legacy_settings import LegacySettings
 from app.core.proxies import parse_proxy_url
+from app.core.quota_settings import QuotaSettings
 from app.core.renamed_settings import (
     RENAMED_SETTINGS,
     OldNamesRead,
@@ -87,7 +88,7 @@ class SettingsError(Exception):
     """A setting has a bad value; the message names the setting, never its value."""
 
 
-class Settings(LegacySettings):
+class Settings(QuotaSettings, LegacySettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     database_url: str = "sqlite+aiosqlite:///./xmtp-push.db"

@@ -50,6 +50,16 @@ SUBSCRIPTION_MALFORMED = "subscription is malformed"
 TOPIC_LIMIT = "recipient topic limit reached"
 UNAVAILABLE = "service is unavailable"
 DEADLINE = "request did not finish in time"
+TOO_MANY_REQUESTS = "too many requests; retry later"
+
+
+class Throttled(DomainError):
+    """A call over a caller's quota (docs/callers.md#quotas-per-caller): UNAVAILABLE, which the SDK
+    retries with backoff, and over Connect a Retry-After in whole seconds."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__(Code.UNAVAILABLE, TOO_MANY_REQUESTS)
+        self.retry_after_seconds = retry_after_seconds
 
 
 def malformed() -> DomainError:

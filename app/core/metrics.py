@@ -36,6 +36,8 @@ grpc_server_handling_seconds = Histogram(
 auth_rejections_total = Counter(
     "xmtp_push_auth_rejections", "Calls refused by caller authentication", ["reason"]
 )
+# quota: calls | topic_changes | new_recipients (docs/callers.md#quotas-per-caller); never the caller.
+throttled_total = Counter("xmtp_push_throttled", "Calls refused by a quota", ["quota"])
 
 DELIVERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

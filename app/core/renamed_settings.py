@@ -21,6 +21,7 @@ RENAMED_SETTINGS = {
     "http_allow_insecure": "webhook_allow_insecure",
     "http_timeout_seconds": "provider_timeout_seconds",  # every provider's request bound, not webhooks' alone
     "http_max_per_host": "webhook_max_per_host",
+    "http_max_per_fast_host": "webhook_max_per_fast_host",
 }
 
 

@@ -51,7 +51,12 @@ def webhook_config(settings: Settings) -> WebhookConfig | None:
     if not settings.all_set(WEBHOOK_REQUIRED):
         return None
     proxy = EgressProxy.for_webhooks(settings)
-    return WebhookConfig(UrlPolicy.from_settings(settings), settings.webhook_max_per_host, proxy)
+    return WebhookConfig(
+        UrlPolicy.from_settings(settings),
+        settings.webhook_max_per_host,
+        proxy,
+        max_per_fast_host=settings.webhook_max_per_fast_host,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,7 @@ WEBHOOK_SETTINGS = (
     "webhook_allow_insecure",
     "webhook_proxy",
     "webhook_max_per_host",
+    "webhook_max_per_fast_host",
 )
 
 CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core import errors, metrics
 from app.core.config import Settings
 from app.core.errors import Code, DomainError
+from app.core.growth import UNLIMITED, Growth
 from app.legacy import repository as repo
 from app.legacy.commands import (
     DeleteInstallation,
@@ -75,7 +76,9 @@ class LegacyRules:
         return now_ns - self.ttl_ns
 
 
-async def register(session: AsyncSession, rules: LegacyRules, command: RegisterInstallation) -> Registered:
+async def register(
+    session: AsyncSession, rules: LegacyRules, command: RegisterInstallation, growth: Growth = UNLIMITED
+) -> Registered:
     check_installation_id(command.installation_id)
     mechanism = command.mechanism
     if mechanism is None or not mechanism.token:
@@ -89,6 +92,8 @@ async def register(session: AsyncSession, rules: LegacyRules, command: RegisterI
         # Expired: it starts afresh; what was subscribed since its expiry stays.
         await repo.drop_subscriptions(session, command.installation_id, previous + rules.ttl_ns)
     await repo.upsert_installation(session, command.installation_id, mechanism, now)
+    if previous is None:
+        await growth.created(1)  # may refuse: the caller rolls the insert back
     await session.flush()
     metrics.legacy_installations_total.labels("registered").inc()
     return Registered(command.installation_id, (now + rules.ttl_ns) // 1_000_000)

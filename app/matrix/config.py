@@ -175,4 +175,10 @@ def _app(app_id: str, raw: Any, warnings: list[str], url_policy: UrlPolicy | Non
     if unknown:
         warnings.append(f"{SETTING}: apps.{app_id}: unknown keys ignored: {', '.join(unknown)}")
     limit = values.positive("inflight_request_limit", DEFAULT_INFLIGHT_REQUEST_LIMIT)
+    if type_name == "webpush" and "allowed_endpoints" not in raw:
+        # Sygnal too posts to any endpoint a pusher names: anyone's server, at our expense.
+        warnings.append(
+            f"{values.name('allowed_endpoints')}: not set, so this webpush app posts to any endpoint a "
+            "pusher names; list the push services it accepts"
+        )
     return dataclasses.replace(app_type.make(values), inflight_request_limit=limit)

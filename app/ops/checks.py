@@ -38,6 +38,7 @@ from app.ops.failures import (
     classify_replica,
 )
 from app.ops.roles import REQUIRED, REQUIRED_ONE_OF, SENDING_ROLES, XMTP_ROLES, needs_one_of
+from app.quotas.quotas import unlimited_callers_warning
 from app.runtime import Runtime, open_runtime
 
 CHECK_SECONDS = 10.0
@@ -260,6 +261,8 @@ async def run_checks(settings: Settings, roles: tuple[str, ...] = ()) -> list[Ch
     """What `roles` need (the present ones when none is named), and nothing else."""
     roles = roles or present_roles(settings)
     checks = _required_checks(settings, roles) + _setting_checks(settings, roles)
+    if {"dev", "api"} & set(roles) and (warning := unlimited_callers_warning(settings)):
+        log.warning("%s", warning)
     if settings.auth_enabled and {"dev", "api"} & set(roles):
         checks.append(await auth_check(settings))
     if any(role in XMTP_ROLES for role in roles):

@@ -51,13 +51,18 @@ async def get_recipient(
     return (await session.execute(query)).scalar_one_or_none()
 
 
+class Upserted(NamedTuple):
+    topic_count: int
+    created: bool  # the statement inserted the recipient (an update keeps its creation time)
+
+
 async def upsert_recipient(
     session: AsyncSession, recipient_id: bytes, secret_hash: bytes, delivery: Delivery, now_ns: int
-) -> int | None:
+) -> Upserted | None:
     """Create, or replace channel and target of a recipient with the same secret hash.
 
-    Returns the topic count, or None when the id is taken under another secret
-    (the secret check and the write are one statement, so no race can slip in).
+    Returns the topic count and whether it was created, or None when the id is taken under
+    another secret (the secret check and the write are one statement, so no race can slip in).
     """
     stmt = _upsert_recipient_statement(session.get_bind().dialect.name)
     params = {
@@ -70,7 +75,8 @@ async def upsert_recipient(
         "created_ns": now_ns,
         "renewed_ns": now_ns,
     }
-    return (await session.execute(stmt, params)).scalar_one_or_none()
+    row = (await session.execute(stmt, params)).one_or_none()
+    return None if row is None else Upserted(row[0], row[1] == now_ns)
 
 
 _RECIPIENT_COLUMNS = tuple(column.name for column in Recipient.__table__.columns)
@@ -92,7 +98,7 @@ def _upsert_recipient_statement(dialect_name: str) -> Any:
             "renewed_ns": stmt.excluded.renewed_ns,
         },
         where=table.c.secret_hash == stmt.excluded.secret_hash,
-    ).returning(table.c.topic_count)
+    ).returning(table.c.topic_count, table.c.created_ns)
 
 
 async def delete_recipient(session: AsyncSession, recipient_id: bytes) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core import errors, metrics
 from app.core.config import Settings
 from app.core.errors import Code, DomainError
+from app.core.growth import UNLIMITED, Growth
 from app.delivery.registry import FLAT_CHANNELS
 from app.delivery.url_policy import UrlNotAllowed, UrlPolicy, check_webhook_url
 from app.recipients import repository as repo
@@ -79,7 +80,9 @@ def hash_secret(secret: bytes) -> bytes:
     return hashlib.sha256(secret).digest()
 
 
-async def register(session: AsyncSession, rules: RecipientRules, command: RegisterCommand) -> RecipientState:
+async def register(
+    session: AsyncSession, rules: RecipientRules, command: RegisterCommand, growth: Growth = UNLIMITED
+) -> RecipientState:
     validation.check_credentials(command.recipient_id, command.recipient_secret)
     secret_hash = hash_secret(command.recipient_secret)
     # Check 3 (the secret) is decided by the upsert itself, which writes only
@@ -92,11 +95,13 @@ async def register(session: AsyncSession, rules: RecipientRules, command: Regist
         _check_secret(await repo.get_recipient(session, command.recipient_id), secret_hash)
         raise
     now_ns = rules.clock()
-    topic_count = await repo.upsert_recipient(session, command.recipient_id, secret_hash, delivery, now_ns)
-    if topic_count is None:  # the id is taken under another secret
+    upserted = await repo.upsert_recipient(session, command.recipient_id, secret_hash, delivery, now_ns)
+    if upserted is None:  # the id is taken under another secret
         raise DomainError(Code.PERMISSION_DENIED, errors.BAD_SECRET)
+    if upserted.created:
+        await growth.created(1)  # may refuse: the caller rolls the insert back
     metrics.recipients_total.labels("registered").inc()
-    return RecipientState(topic_count, delivery.channel, now_ns + rules.ttl_ns)
+    return RecipientState(upserted.topic_count, delivery.channel, now_ns + rules.ttl_ns)
 
 
 async def _admit_delivery(rules: RecipientRules, command: RegisterCommand) -> Delivery:

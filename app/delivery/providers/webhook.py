@@ -22,10 +22,11 @@ import aiohttp
 from app.core import metrics
 from app.core.apps import DEFAULT_APP, AppName
 from app.core.channels import Channel
+from app.core.quota_settings import MAX_PER_FAST_HOST
 from app.delivery.deadlines import Deadlines
 from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.health import ProviderHealth
-from app.delivery.host_guard import HostGuard
+from app.delivery.host_guard import Change, HostGuard
 from app.delivery.pinned_http import TRANSIENT_ERRORS, PinnedSession, read_answer
 from app.delivery.types import (
     DELIVERED,
@@ -173,6 +174,8 @@ class WebhookConfig:
     # Whether a 404 or 410 says the webhook is gone (a receiver registered by a client). False for
     # an endpoint of the deployment's own configuration, which no answer removes: they are refusals.
     gone_is_dead: bool = True
+    # Attempts in flight to a host once it has shown itself fast (XMTP_PUSH_WEBHOOK_MAX_PER_FAST_HOST).
+    max_per_fast_host: int = MAX_PER_FAST_HOST
 
 
 class WebhookProvider:
@@ -185,6 +188,7 @@ class WebhookProvider:
         max_connections: int = 512,
         *,
         max_per_host: int = MAX_PER_HOST,
+        max_per_fast_host: int = MAX_PER_FAST_HOST,
         app: AppName = DEFAULT_APP,
         proxy: EgressProxy = DIRECT,
         gone_is_dead: bool = True,
@@ -192,7 +196,7 @@ class WebhookProvider:
         self.app = app
         self._policy = policy
         self._gone_is_dead = gone_is_dead
-        self._hosts = HostGuard(max_per_host)
+        self._hosts = HostGuard(max_per_host, max_fast_in_flight=max_per_fast_host)
         self._lookups = SharedLookups()
         # Each post is bounded by one shared sweep rather than by aiohttp's timer per request.
         self._deadlines = Deadlines(timeout_seconds)
@@ -214,6 +218,7 @@ class WebhookProvider:
             config.policy,
             timeout_seconds,
             max_per_host=config.max_per_host,
+            max_per_fast_host=config.max_per_fast_host,
             app=app,
             proxy=config.proxy,
             gone_is_dead=config.gone_is_dead,
@@ -251,9 +256,20 @@ class WebhookProvider:
             outcome, answered = REJECTED, True
         finally:
             took = time.monotonic() - started
-            if self._hosts.release(destination, unreachable=not answered, seconds=took):
-                log.warning("a webhook host is parked after repeated timeouts or refused connections")
+            change = self._hosts.release(destination, unreachable=not answered, seconds=took)
+            if change is not None:
+                self._tell(change)
         return outcome
+
+    def _tell(self, change: Change) -> None:
+        """Once per change of a host's state, with the count of hosts parked; never the host."""
+        parked = self._hosts.parked()
+        if change is Change.PARKED:
+            log.warning(
+                "a webhook host is parked after repeated timeouts or refused connections (%d parked)", parked
+            )
+        else:
+            log.info("a parked webhook host answers again (%d parked)", parked)
 
     def sample_gauges(self) -> None:
         metrics.webhook_parked_hosts.set(self._hosts.parked())
