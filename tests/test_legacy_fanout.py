@@ -10,7 +10,14 @@ import time
 
 from app.core.channels import Channel
 from app.legacy.fanout import PAGES_PER_JOB, LegacyFanout, channel_chooser
-from app.legacy.jobs import LegacyDeliveryJob, LegacyEnvelope, LegacyFanoutJob, legacy_delivery_stream
+from app.legacy.jobs import (
+    LegacyDeliveryJob,
+    LegacyEnvelope,
+    LegacyFanoutJob,
+    encode_delivery,
+    legacy_delivery_stream,
+    shared_fields,
+)
 from app.legacy.models import LegacyInstallation, LegacySubscription
 from app.runtime import Runtime, open_runtime
 from tests.support import make_settings
@@ -165,3 +172,16 @@ def test_a_job_queued_before_ranges_covers_the_rest_of_its_topic() -> None:
     assert LegacyFanoutJob.decode(old) == LegacyFanoutJob(envelope, 7, "a1", "")
     ranged = LegacyFanoutJob(envelope, 7, "a1", "日本")
     assert LegacyFanoutJob.decode(ranged.encode()) == ranged
+
+
+def test_a_delivery_job_written_from_the_shared_part_is_the_job_itself() -> None:
+    """The fan-out writes each job from the part its envelope's jobs share: the same bytes as the job's
+    own encoding, for ids and topics that need escaping too, and it decodes to the same job."""
+    for installation_id, topic in (("plain", "/xmtp/mls/1/g-00/proto"), ('quo"te\\é😀', "t\x01\u2028")):
+        job = LegacyDeliveryJob(installation_id, topic, b"\x00\xffmsg", 2**63 + 5, "k:1", True, 17, 18)
+        shared = shared_fields(job.topic, job.message, job.timestamp_ns, job.idempotency_key)
+        encoded = encode_delivery(installation_id, shared, True, 17, 18)
+        assert encoded == job.encode()
+        fields = [installation_id, topic, "AP9tc2c=", 2**63 + 5, "k:1", True, 17, 18, 1, True]
+        assert json.loads(encoded) == fields
+        assert LegacyDeliveryJob.decode(encoded) == job

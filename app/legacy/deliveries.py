@@ -95,7 +95,8 @@ class LegacyDeliveries:
             token=target.token,
             is_silent=job.is_silent,
             created_at=datetime.fromtimestamp(job.created_ns / 1e9, UTC),
-            should_push=parse(job.topic, job.message).should_push,
+            # Only the HTTP delivery's body tells it: the message is read again for that channel alone.
+            should_push=parse(job.topic, job.message).should_push if channel is Channel.HTTP else None,
         )
         return render(channel, delivery, self.payloads)
 

@@ -28,10 +28,11 @@ from app.legacy.commands import MechanismKind
 from app.legacy.eligibility import Verdict, period, verdict
 from app.legacy.jobs import (
     LEGACY_ENVELOPES,
-    LegacyDeliveryJob,
     LegacyEnvelope,
     LegacyFanoutJob,
+    encode_delivery,
     legacy_delivery_stream,
+    shared_fields,
 )
 from app.legacy.messages import envelope_idempotency_key, parse, v3_message
 from app.legacy.payloads import channel_for
@@ -110,6 +111,7 @@ async def fan_out_page(
         session, envelope.topic, job.after, page_size, this_period, alive_since, job.until
     )
     page = LegacyPage()
+    shared = shared_fields(envelope.topic, envelope.message, envelope.timestamp_ns, envelope.idempotency_key)
     for row in rows:
         channel = channel_of(row.kind)
         if channel is None:
@@ -119,17 +121,8 @@ async def fan_out_page(
         if outcome is not Verdict.PUSH:
             page.skipped[(channel, outcome.value)] += 1
             continue
-        delivery = LegacyDeliveryJob(
-            row.installation_id,
-            envelope.topic,
-            envelope.message,
-            envelope.timestamp_ns,
-            envelope.idempotency_key,
-            row.is_silent,
-            row.created_ns,
-            job.received_ns,
-        )
-        page.deliveries.setdefault(legacy_delivery_stream(channel), []).append(delivery.encode())
+        encoded = encode_delivery(row.installation_id, shared, row.is_silent, row.created_ns, job.received_ns)
+        page.deliveries.setdefault(legacy_delivery_stream(channel), []).append(encoded)
     if len(rows) == page_size:
         last = rows[-1].installation_id
         bounds = await split_after(session, job, last, ranges if job.first_page else 1)
