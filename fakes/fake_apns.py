@@ -147,6 +147,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.incoming: dict[int, tuple[list[tuple[str, str]], bytearray]] = {}
         self.blocked: dict[int, bytes] = {}  # error bodies waiting for flow-control room
+        # Nothing is written before then: the server's preface (its SETTINGS) reaches the client late.
+        self.silent_until = time.monotonic() + fake.preface_delay
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -257,6 +259,10 @@ class _Connection(asyncio.Protocol):
             del self.blocked[stream_id]
 
     def _flush(self) -> None:
+        silence = self.silent_until - time.monotonic()
+        if silence > 0:
+            asyncio.get_running_loop().call_later(silence, self._flush)
+            return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(self.conn.data_to_send())
 
@@ -293,6 +299,7 @@ class FakeApns:
         self.answering = True
         self.pad_length = 0  # padding on every DATA frame sent (0: none)
         self.hold_until = 0  # hold every answer until this many requests arrived
+        self.preface_delay = 0.0  # seconds a new connection writes nothing (its SETTINGS come late)
         self.held: list[tuple[_Connection, int, ApnsRequest, Reply]] = []
         self._seen: dict[str, int] = defaultdict(int)
         self._connections = 0
@@ -347,6 +354,7 @@ class FakeApns:
         self.answering = True
         self.pad_length = 0
         self.hold_until = 0
+        self.preface_delay = 0.0
         self.held = []
         self.max_concurrent_streams = 1000
 

@@ -174,6 +174,23 @@ async def test_one_jwt_for_many_requests_and_several_connections(
     verified_claims(tokens.pop())
 
 
+async def test_a_new_connection_carries_no_more_streams_than_the_server_allows(
+    fake: FakeApns, provider: ApnsProvider
+) -> None:
+    # The server's SETTINGS (40 streams) reach the client 0.3 s after TLS is up, and it holds every
+    # answer until 150 requests arrived: a pool that used the connection at once would put all 150
+    # on it, beyond the server's limit.
+    fake.max_concurrent_streams = 40
+    fake.preface_delay = 0.3
+    fake.hold_until = 150
+    outcomes = await asyncio.gather(
+        *(provider.send(apns_push(hint(i), device(f"ok.p{i}"))) for i in range(150))
+    )
+    assert {o.kind for o in outcomes} == {OutcomeKind.DELIVERED}
+    per_connection = Counter(r.connection for r in fake.requests)
+    assert len(per_connection) >= 4 and max(per_connection.values()) <= 40, per_connection
+
+
 async def test_expired_provider_token_is_renewed_once_and_resent(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:

@@ -29,7 +29,11 @@ needs lives here:
   app.delivery.egress (its name still verified);
 - it writes to the socket, and re-arms its idle timer, at every request and every read; here the
   bytes h2 has to send go out once per event-loop iteration or every WRITE_BATCH requests, and one
-  timer watches for idleness.
+  timer watches for idleness;
+- its pool hands out a new connection as soon as TLS is up, when it still counts 1,000 free streams
+  whatever the server allows: a burst started then all lands on that connection, beyond the server's
+  limit. A connection here is handed out once the server's first SETTINGS frame (the preface every
+  HTTP/2 server sends first) has been read, so the pool knows its streams before it fills them.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from aioapns.connection import (
     APNsTLSClientProtocol,
     AuthorizationHeaderProvider,
 )
+from aioapns.exceptions import ConnectionClosed
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
@@ -176,6 +181,24 @@ class _Protocol(APNsTLSClientProtocol):
         self._write_scheduled = False
         self._unwritten = 0
         self._active_at = 0.0  # loop time of the last write asked for (see refresh_inactivity_timer)
+        self._preface_read = asyncio.Event()  # set by the server's first SETTINGS, or the connection lost
+        self._lost = False
+
+    async def preface(self) -> None:
+        """Return once the server's first SETTINGS frame has been read (its stream limit applied);
+        raise ConnectionClosed if the connection ends first."""
+        await self._preface_read.wait()
+        if self._lost:
+            raise ConnectionClosed("closed before the server's SETTINGS")
+
+    def on_remote_settings_changed(self, changed_settings: Any) -> None:
+        super().on_remote_settings_changed(changed_settings)
+        self._preface_read.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._preface_read.set()
+        super().connection_lost(exc)
 
     def flush(self) -> None:
         """What h2 has to send goes out at the end of the loop iteration, or at once when this is
@@ -309,6 +332,13 @@ class EndpointPool(APNsKeyConnectionPool):
                 connection = await self._create_tunnelled_connection(factory, self._proxy)
         except Exception as error:
             self.connect_error = error
+            raise
+        try:  # bounded by the send's deadline, like the connecting itself
+            await connection.preface()  # type: ignore[attr-defined]
+        except BaseException as error:
+            connection.close()
+            if isinstance(error, Exception):
+                self.connect_error = error
             raise
         self.connect_error = None
         self._on_connect()
