@@ -191,6 +191,23 @@ async def test_a_new_connection_carries_no_more_streams_than_the_server_allows(
     assert len(per_connection) >= 4 and max(per_connection.values()) <= 40, per_connection
 
 
+async def test_a_burst_of_large_bodies_waits_for_the_servers_flow_control_credit(fake: FakeApns) -> None:
+    # 150 bodies of 4,000 bytes on one connection are 600 kB against its first 64 KiB of credit,
+    # all written before the server has read any: each must wait for the server's WINDOW_UPDATEs
+    # (aioapns would raise, sleep a second and give the push up, its stream half sent).
+    credentials = apns_credentials(apns_settings(fake))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=10.0, max_connections=1)
+    bodies = [b'{"aps":{"content-available":1},"m":"' + b"%04d" % i + b"x" * 3958 + b'"}' for i in range(150)]
+    assert {len(body) for body in bodies} == {4000}
+    try:
+        outcomes = await asyncio.gather(*(apns.send(Push(f"ok.w{i}", body)) for i, body in enumerate(bodies)))
+    finally:
+        await apns.close()
+    assert [o.kind for o in outcomes] == [OutcomeKind.DELIVERED] * 150, Counter(o.reason for o in outcomes)
+    assert sorted(r.body for r in fake.requests) == sorted(bodies)  # each whole, once
+
+
 async def test_expired_provider_token_is_renewed_once_and_resent(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:

@@ -264,18 +264,21 @@ def ways_to_configure(channels: Iterable[Channel]) -> str:
 
 
 def log_outcome(channel: Channel, outcome: Outcome, seconds: float) -> None:
-    """Log one attempt by channel, outcome and duration: never the push, its address or the reply."""
+    """Log one attempt by channel, outcome, duration and cause (a constant, or a provider's code: what
+    an operator acts on): never the push, its address or the reply."""
     level = OUTCOME_LEVELS[outcome.kind]
     if not log.isEnabledFor(level):
         return
     retry = f", retry after {outcome.delay_seconds:.0f} s" if outcome.delay_seconds else ""
     pause = " (channel paused)" if outcome.pause_channel else ""
+    cause = f": {outcome.reason}" if outcome.reason else ""
     log.log(
         level,
-        "%s attempt %s in %.0f ms%s%s",
+        "%s attempt %s in %.0f ms%s%s%s",
         channel,
         outcome.kind.value,
         seconds * 1000,
+        cause,
         retry,
         pause,
         extra={"channel": channel, "outcome": outcome.kind.value},

@@ -33,7 +33,10 @@ needs lives here:
 - its pool hands out a new connection as soon as TLS is up, when it still counts 1,000 free streams
   whatever the server allows: a burst started then all lands on that connection, beyond the server's
   limit. A connection here is handed out once the server's first SETTINGS frame (the preface every
-  HTTP/2 server sends first) has been read, so the pool knows its streams before it fills them.
+  HTTP/2 server sends first) has been read, so the pool knows its streams before it fills them;
+- a body the server's flow-control window has no room for raises in aioapns, whose pool sleeps a
+  second and gives the push up; here the body waits for the server's credit (see
+  _send_as_credit_allows).
 """
 
 from __future__ import annotations
@@ -183,6 +186,8 @@ class _Protocol(APNsTLSClientProtocol):
         self._active_at = 0.0  # loop time of the last write asked for (see refresh_inactivity_timer)
         self._preface_read = asyncio.Event()  # set by the server's first SETTINGS, or the connection lost
         self._lost = False
+        self._credit = asyncio.Event()  # set, then cleared, at each read while a body waits for credit
+        self._waiting_for_credit = 0
 
     async def preface(self) -> None:
         """Return once the server's first SETTINGS frame has been read (its stream limit applied);
@@ -198,6 +203,7 @@ class _Protocol(APNsTLSClientProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._preface_read.set()
+        self._credit.set()  # a body waiting for credit stops: its answer is the connection's error
         super().connection_lost(exc)
 
     def flush(self) -> None:
@@ -252,12 +258,43 @@ class _Protocol(APNsTLSClientProtocol):
         message: Any = request.message
         # A push's body comes rendered; a message object is written as aioapns writes it.
         body = message if isinstance(message, bytes) else json.dumps(message, ensure_ascii=False).encode()
-        self.conn.send_data(stream_id=stream_id, data=body, end_stream=True)
-        self.flush()
         response: asyncio.Future[NotificationResult] = self.loop.create_future()
         self.requests[request.notification_id] = response
         self.request_streams[stream_id] = request.notification_id
+        if len(body) <= self.conn.local_flow_control_window(stream_id):
+            self.conn.send_data(stream_id=stream_id, data=body, end_stream=True)
+        else:
+            await self._send_as_credit_allows(stream_id, body)
+        self.flush()
         return await response
+
+    async def _send_as_credit_allows(self, stream_id: int, body: bytes) -> None:
+        """Send `body` as the server's flow-control windows let it, waiting for their updates.
+
+        A burst of larger bodies (4 KiB alerts, the legacy API's messages) outgrows a connection's
+        first 64 KiB of credit before the server has read any; aioapns would raise, and its pool
+        then sleeps a second and gives the push up with its stream half sent. Waiting is bounded
+        by the send's deadline, which resets the stream."""
+        sent = 0
+        while sent < len(body) and not self._lost:
+            room = min(self.conn.local_flow_control_window(stream_id), self.conn.max_outbound_frame_size)
+            if room <= 0:
+                self.flush()  # what is already queued goes out, so the server can read it
+                self._waiting_for_credit += 1
+                try:
+                    await self._credit.wait()
+                finally:
+                    self._waiting_for_credit -= 1
+                continue
+            part = body[sent : sent + room]
+            sent += len(part)
+            self.conn.send_data(stream_id=stream_id, data=part, end_stream=sent == len(body))
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._waiting_for_credit:  # a WINDOW_UPDATE or SETTINGS may have given some
+            self._credit.set()
+            self._credit.clear()  # the waiters woken stay woken; later ones wait for the next read
 
     def _authorization_bytes(self) -> bytes | None:
         if self.auth_provider is None:
