@@ -27,7 +27,7 @@ FAKES = {
     Channel.HTTP: "fakes.webhook_receiver",
     Channel.WEBPUSH: "fakes.fake_webpush",
 }
-OPTIONAL = {"default_app"}  # None for a channel only a source's own apps use
+OPTIONAL = {"default_app", "max_payload_bytes"}  # None: only a source's own apps use it; its provider decides
 
 
 @pytest.mark.parametrize("channel", list(Channel))

@@ -7,8 +7,11 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections import Counter
+from datetime import UTC, datetime
 
 from app.core.channels import Channel
+from app.delivery.providers.apns import MAX_BODY_BYTES
 from app.legacy.fanout import PAGES_PER_JOB, LegacyFanout, channel_chooser
 from app.legacy.jobs import (
     LegacyDeliveryJob,
@@ -19,6 +22,7 @@ from app.legacy.jobs import (
     shared_fields,
 )
 from app.legacy.models import LegacyInstallation, LegacySubscription
+from app.legacy.payloads import LegacyDelivery, PayloadSettings, apns_push
 from app.runtime import Runtime, open_runtime
 from tests.support import make_settings
 from tests.support.legacy import welcome
@@ -185,3 +189,51 @@ def test_a_delivery_job_written_from_the_shared_part_is_the_job_itself() -> None
         fields = [installation_id, topic, "AP9tc2c=", 2**63 + 5, "k:1", True, 17, 18, 1, True]
         assert json.loads(encoded) == fields
         assert LegacyDeliveryJob.decode(encoded) == job
+
+
+def body_size(topic: str, message: bytes, is_silent: bool) -> int:
+    probe = LegacyDelivery(topic, message, 0, "k", "i", "apns", "t", is_silent, datetime.now(UTC), None)
+    return len(apns_push(probe, PayloadSettings()).payload)  # type: ignore[arg-type]
+
+
+async def test_a_message_too_large_for_apns_is_rejected_at_fan_out_not_queued_per_subscriber(
+    database_url: str,
+) -> None:
+    topic = welcome(time.time_ns())
+    # A message whose silent body fits APNs's 4,096 bytes and whose alert body does not.
+    size = next(n for n in range(2800, 3200) if body_size(topic, b"m" * n, False) > MAX_BODY_BYTES)
+    message = b"m" * size
+    assert body_size(topic, message, True) <= MAX_BODY_BYTES
+    # Three installations alerted and one silent on APNs, two on FCM (which sets no limit of ours).
+    rows = [
+        ("a-1", 1, False),
+        ("a-2", 1, False),
+        ("a-3", 1, False),
+        ("a-4", 1, True),
+        ("f-1", 2, False),
+        ("f-2", 2, True),
+    ]
+    async with open_runtime(make_settings(database_url)) as runtime:
+        now = time.time_ns()
+        async with runtime.sessions() as session, session.begin():
+            session.add_all(
+                LegacyInstallation(id=i, kind=k, token=f"t{i}", registered_ns=now) for i, k, _ in rows
+            )
+            session.add_all(
+                LegacySubscription(topic=topic, installation_id=i, created_ns=now, is_silent=s)
+                for i, _, s in rows
+            )
+        fanout = LegacyFanout(runtime.legacy_rules, 100, CHANNELS)
+        async with runtime.reads() as session:
+            page = await fanout.fan_out(
+                session, LegacyFanoutJob(LegacyEnvelope(topic, now, message, "key"), now)
+            )
+    queued = {
+        stream: [LegacyDeliveryJob.decode(p).installation_id for p in payloads]
+        for stream, payloads in page.deliveries.items()
+    }
+    assert queued == {
+        legacy_delivery_stream(Channel.APNS): ["a-4"],
+        legacy_delivery_stream(Channel.FCM): ["f-1", "f-2"],
+    }
+    assert page.skipped == Counter({(Channel.APNS, "rejected"): 3})

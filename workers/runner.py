@@ -136,10 +136,11 @@ def legacy_workers(runtime: Runtime, queue: WorkQueue, consumer: str, share: Sha
     fcm = runtime.providers.get(Channel.FCM, DEFAULT_APP)
     http = runtime.providers.get(Channel.HTTP, HTTP_DELIVERY_APP)
     channel_of = channel_chooser(apns=apns is not None, fcm=fcm is not None, http=http is not None)
-    fanout = LegacyFanout(runtime.legacy_rules, settings.fanout_page_size, channel_of, settings.fanout_ranges)
-    source = LegacyDeliveries(
-        runtime.sessions, runtime.reads, runtime.legacy_rules, channel_of, payload_settings(settings)
+    payloads = payload_settings(settings)
+    fanout = LegacyFanout(
+        runtime.legacy_rules, settings.fanout_page_size, channel_of, settings.fanout_ranges, payloads
     )
+    source = LegacyDeliveries(runtime.sessions, runtime.reads, runtime.legacy_rules, channel_of, payloads)
     deliveries = [
         DeliveryWorker(runtime, queue, p, source, f"{consumer}-legacy-{p.channel}", share)
         for p in (apns, fcm, http)

@@ -29,13 +29,14 @@ from app.core.config import (
 from app.delivery.credentials import ApnsCredentials, FcmCredentials, apns_credentials, fcm_credentials
 from app.delivery.egress import DIRECT, EgressProxy
 from app.delivery.provider import Provider
+from app.delivery.providers.apns import MAX_BODY_BYTES as APNS_MAX_BODY_BYTES
 from app.delivery.providers.apns import ApnsProvider
 from app.delivery.providers.fcm import RETRY_FLOOR_SECONDS as FCM_RETRY_FLOOR_SECONDS
 from app.delivery.providers.fcm import FcmProvider
 from app.delivery.providers.webhook import WebhookConfig, WebhookProvider
 from app.delivery.providers.webpush import WebPushConfig, WebPushProvider
 from app.delivery.retry import RetryPolicy
-from app.delivery.types import Outcome, OutcomeKind
+from app.delivery.types import Outcome, OutcomeKind, Push, payload_size
 from app.delivery.url_policy import UrlPolicy
 
 log = logging.getLogger("app.delivery")
@@ -120,6 +121,12 @@ class ChannelDescriptor(Generic[C]):
     # How its transient failures are retried by the XMTP workers through the queue (the retry
     # settings apply to every channel's). The Matrix gateway keeps its own numbers, Sygnal's.
     retry: RetryPolicy
+    # The largest payload its provider takes, in bytes (`payload_size`); None: the provider decides
+    # alone. A source that renders once for many pushes refuses them all here, before queueing them.
+    max_payload_bytes: int | None = None
+
+    def refuses_size_of(self, push: Push) -> bool:
+        return self.max_payload_bytes is not None and payload_size(push.payload) > self.max_payload_bytes
 
 
 def describe(
@@ -129,10 +136,11 @@ def describe(
     default_app: DefaultApp[C] | None,
     color: str,
     retry: RetryPolicy,
+    max_payload_bytes: int | None = None,
 ) -> ChannelDescriptor[Any]:
     """A channel's descriptor, its parts checked against each other (as a function, so that the
     table's own type does not stand in for the credentials')."""
-    return ChannelDescriptor(label, credentials, provider, default_app, color, retry)
+    return ChannelDescriptor(label, credentials, provider, default_app, color, retry, max_payload_bytes)
 
 
 APNS_SETTINGS = (*APNS_REQUIRED, "apns_environment", "apns_endpoint", "apns_ca_file")
@@ -154,6 +162,7 @@ CHANNELS: dict[Channel, ChannelDescriptor[Any]] = {
         DefaultApp(APNS_SETTINGS, APNS_REQUIRED, apns_credentials),
         "#1f77b4",
         RetryPolicy(),
+        max_payload_bytes=APNS_MAX_BODY_BYTES,
     ),
     Channel.FCM: describe(
         "FCM",

@@ -87,6 +87,13 @@ class Push(NamedTuple):
     extras: ApnsExtras | FcmExtras | WebhookExtras | WebPushKeys | None = None  # the channel's own
 
 
+def payload_size(payload: bytes | Mapping[str, str]) -> int:
+    """A payload's bytes: a body's length, or a data map's keys and values in UTF-8."""
+    if isinstance(payload, bytes):
+        return len(payload)
+    return sum(len(key.encode()) + len(value.encode()) for key, value in payload.items())
+
+
 class OutcomeKind(enum.Enum):
     DELIVERED = "delivered"
     FAILED = "failed"  # a transient failure: retried while attempts remain

@@ -12,6 +12,7 @@ them), each its own chain of jobs, so every fan-out consumer can take a part of 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -35,16 +36,18 @@ from app.legacy.jobs import (
     shared_fields,
 )
 from app.legacy.messages import envelope_idempotency_key, parse, v3_message
-from app.legacy.payloads import channel_for
+from app.legacy.payloads import DEFAULT_PAYLOADS, PayloadSettings, channel_for, refused_for_size
 from app.legacy.service import LegacyRules
 from app.queue.base import Commit, WorkQueue, partition_of
 
+log = logging.getLogger(__name__)
 ChannelOf = Callable[[int], Channel | None]
 # Pages a fan-out job reads before it hands the rest of its topic on as a new job. A job is a queue
 # round trip, which waits behind whatever else the worker's loop is doing (delivering the pages
 # before): paged a job each, a 100,000-subscription topic took 15 to 18 s to queue, ten a job 2.5 s
 # (docs/performance.md, the legacy rows).
 PAGES_PER_JOB = 10
+REJECTED = "rejected"
 
 
 def from_network(envelopes: Sequence[Envelope]) -> list[LegacyEnvelope]:
@@ -102,8 +105,12 @@ async def fan_out_page(
     page_size: int,
     channel_of: ChannelOf,
     ranges: int = 1,
+    payloads: PayloadSettings = DEFAULT_PAYLOADS,
 ) -> LegacyPage:
     envelope = job.envelope
+    # A message too large for a channel is refused for every subscriber on it: decided once per
+    # (channel, silence) and counted `rejected` here, rather than queued once per subscriber.
+    too_large: dict[tuple[Channel, bool], bool] = {}
     message = parse(envelope.topic, envelope.message)
     this_period = period(envelope.timestamp_ns)
     alive_since = rules.alive_since(rules.clock())
@@ -120,6 +127,14 @@ async def fan_out_page(
         outcome = verdict(message, keys, envelope.timestamp_ns)
         if outcome is not Verdict.PUSH:
             page.skipped[(channel, outcome.value)] += 1
+            continue
+        form = (channel, row.is_silent)
+        if form not in too_large:
+            too_large[form] = refused_for_size(
+                channel, envelope.topic, envelope.message, row.is_silent, payloads
+            )
+        if too_large[form]:
+            page.skipped[(channel, REJECTED)] += 1
             continue
         encoded = encode_delivery(row.installation_id, shared, row.is_silent, row.created_ns, job.received_ns)
         page.deliveries.setdefault(legacy_delivery_stream(channel), []).append(encoded)
@@ -148,8 +163,16 @@ class LegacyFanout:
 
     stream = LEGACY_ENVELOPES
 
-    def __init__(self, rules: LegacyRules, page_size: int, channel_of: ChannelOf, ranges: int = 1) -> None:
+    def __init__(
+        self,
+        rules: LegacyRules,
+        page_size: int,
+        channel_of: ChannelOf,
+        ranges: int = 1,
+        payloads: PayloadSettings = DEFAULT_PAYLOADS,
+    ) -> None:
         self.rules, self.page_size, self.channel_of, self.ranges = rules, page_size, channel_of, ranges
+        self.payloads = payloads
 
     def decode(self, payload: bytes) -> LegacyFanoutJob:
         return LegacyFanoutJob.decode(payload)
@@ -172,7 +195,9 @@ class LegacyFanout:
         return page
 
     async def _page(self, session: AsyncSession, job: LegacyFanoutJob) -> LegacyPage:
-        return await fan_out_page(session, self.rules, job, self.page_size, self.channel_of, self.ranges)
+        return await fan_out_page(
+            session, self.rules, job, self.page_size, self.channel_of, self.ranges, self.payloads
+        )
 
     def follow_up(self, commit: Commit, page: LegacyPage) -> None:
         for stream, payloads in page.deliveries.items():
@@ -183,3 +208,5 @@ class LegacyFanout:
     def count(self, job: LegacyFanoutJob, page: LegacyPage) -> None:
         for (channel, outcome), n in page.skipped.items():
             metrics.legacy_deliveries_total.labels(channel, outcome).inc(n)
+            if outcome == REJECTED:
+                log.warning("legacy message too large for %s: %d installations not pushed", channel, n)

@@ -21,11 +21,13 @@ from typing import Any
 from app.core.apps import AppName, AppSource
 from app.core.channels import Channel
 from app.delivery.providers.webhook import MAX_PER_HOST, WebhookConfig
+from app.delivery.registry import CHANNELS
 from app.delivery.types import ApnsExtras, FcmExtras, Priority, Push, PushKind, WebhookExtras
 from app.delivery.url_policy import UrlPolicy
 from app.legacy import topics
 
 DEFAULT_ALERT_TEXT = "New message from XMTP"
+_EPOCH = datetime.fromtimestamp(0, UTC)
 # The webhook app the HTTP delivery goes through: the operator's endpoint, apart from receivers'.
 HTTP_DELIVERY_APP = AppName(AppSource.SETTINGS, "legacy-http")
 
@@ -55,6 +57,9 @@ class PayloadSettings:
     http_url: str | None = None  # XMTP_PUSH_LEGACY_HTTP_DELIVERY_URL
     http_authorization: str | None = None  # XMTP_PUSH_LEGACY_HTTP_DELIVERY_AUTHORIZATION
     http_signing_key: bytes | None = None  # XMTP_PUSH_LEGACY_HTTP_DELIVERY_SIGNING_KEY, decoded
+
+
+DEFAULT_PAYLOADS = PayloadSettings()
 
 
 def channel_for(mechanism: str, *, apns: bool, fcm: bool, http: bool) -> Channel | None:
@@ -238,3 +243,16 @@ RENDERERS: dict[Channel, Renderer] = {
 def render(channel: Channel, delivery: LegacyDelivery, settings: PayloadSettings) -> Push:
     """The push of a delivery on its channel (`channel_for`)."""
     return RENDERERS[channel](delivery, settings)
+
+
+def refused_for_size(
+    channel: Channel, topic: str, message: bytes, is_silent: bool, settings: PayloadSettings
+) -> bool:
+    """Whether the channel refuses, for its size, the push of `message` to any of the topic's
+    subscriptions of that silence: the installation's id and token never count towards the limits
+    (not in the APNs body; only the HTTP delivery, which has none, carries them)."""
+    descriptor = CHANNELS[channel]
+    if descriptor.max_payload_bytes is None:
+        return False
+    probe = LegacyDelivery(topic, message, 0, "", "", "", "", is_silent, _EPOCH, None)
+    return descriptor.refuses_size_of(render(channel, probe, settings))
