@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from app.legacy.eligibility import PERIOD_NS
 from app.proto.notifications.v1 import service_pb2 as lpb
 from tests.support import Api
 from tests.support.legacy import (
@@ -245,6 +246,18 @@ async def test_subscribe_with_metadata_last_one_wins_and_other_periods_stay(api:
     rows = await stored(api)
     assert [(r[1], r[3]) for r in rows["subscriptions"]] == [(group(1), True)]
     assert [(r[2], r[3]) for r in rows["keys"]] == [(670, b"a" * 42), (671, b"y" * 42), (672, b"w" * 42)]
+
+
+async def test_a_subscription_keeps_the_keys_of_the_periods_nearest_now(api: Api) -> None:
+    now = time.time_ns() // PERIOD_NS
+    # Two calls, ten periods each, long past and ahead: each call's body is bounded, their sum would not be.
+    await legacy_call(api, "proto", _with_keys("i", group(1), {now - d: b"p" * 42 for d in range(6, 16)}))
+    await legacy_call(api, "proto", _with_keys("i", group(1), {now + d: b"f" * 42 for d in range(1, 11)}))
+    await legacy_call(api, "proto", _with_keys("i", group(2), {now: b"n" * 42}))  # another subscription's
+    rows = await stored(api)
+    kept = sorted((r[1], r[2] - now) for r in rows["keys"])
+    # The eight nearest now, the later of two as near: +1 to +6, -6, +7.
+    assert kept == sorted([(group(1), d) for d in (1, 2, 3, 4, 5, 6, -6, 7)] + [(group(2), 0)])
 
 
 async def test_binary_topics_name_the_same_subscriptions(api: Api) -> None:

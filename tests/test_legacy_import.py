@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from app.legacy.commands import (
     Mechanism,
     MechanismKind,
 )
-from app.legacy.importing import ImportReport, Tally
+from app.legacy.importing import OF_A_SUBSCRIPTION_OVER_THE_LIMIT, OVER_TOPIC_LIMIT, ImportReport, Tally
 from app.ops import failures
 from app.ops.legacy_import import format_report, import_go_database
 from tests.support import (
@@ -376,3 +377,34 @@ s AS (
 )
 INSERT INTO subscription_hmac_keys (subscription_id, thirty_day_periods_since_epoch, key) SELECT id, 671, '\\x01'::bytea FROM s
 """
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_no_installation_is_given_more_active_topics_than_the_api_allows(fresh_postgres: str) -> None:
+    """With XMTP_PUSH_MAX_PUSH_TOPICS at 1: an installation's first active subscription read is
+    imported, counting one it held already; the rest of its active ones and their keys are left out
+    (a dry run counting the same), its inactive ones imported."""
+    engine = create_engine(make_settings(fresh_postgres))
+    try:
+        async with create_session_factory(engine)() as session:  # bare-1 holds one already
+            await repo.add_subscriptions(session, [ImportedSubscription("bare-1", group(9), True, False)], 43)
+            await session.commit()
+    finally:
+        await engine.dispose()
+    settings = make_settings(fresh_postgres, max_push_topics=1)
+    async with go_server_database(BINARY_TOPICS) as source:
+        dry, _ = await import_go_database(settings, source, dry_run=True)
+        first, _ = await import_go_database(settings, source, dry_run=False)
+        again, _ = await import_go_database(settings, source, dry_run=False)
+    # Left out: one of ios-1's two active, one of android-1's, one of deleted-1's, bare-1's only.
+    assert first.subscriptions.skipped[OVER_TOPIC_LIMIT] == 4 and first.subscriptions.imported == 11 - 4
+    assert (dry.subscriptions, dry.keys) == (first.subscriptions, first.keys)
+    assert again.subscriptions.skipped[OVER_TOPIC_LIMIT] == 4 and again.subscriptions.imported == 0
+    rows = await stored(fresh_postgres)
+    active = Counter(row[0] for row in rows["subscriptions"] if row[2])
+    assert set(active.values()) == {1}, active
+    assert ("android-1", group(4)) in {row[:2] for row in rows["subscriptions"]}  # inactive: imported
+    subscribed = {row[:2] for row in rows["subscriptions"]}
+    assert all(row[:2] in subscribed for row in rows["keys"]), rows["keys"]
+    assert first.keys.imported + first.keys.skipped[OF_A_SUBSCRIPTION_OVER_THE_LIMIT] == 6

@@ -25,6 +25,8 @@ DELETED = "deleted"
 WITHOUT_MECHANISM = "without a delivery mechanism"
 INACTIVE = "inactive"
 SILENT = "silent"
+OVER_TOPIC_LIMIT = "active beyond XMTP_PUSH_MAX_PUSH_TOPICS for its installation"
+OF_A_SUBSCRIPTION_OVER_THE_LIMIT = "of a subscription beyond XMTP_PUSH_MAX_PUSH_TOPICS"
 Row = TypeVar("Row", ImportedInstallation, ImportedSubscription, ImportedKey)
 Identity = TypeVar("Identity", bound=Hashable)
 
@@ -43,6 +45,11 @@ class ImportReport:
     installations: Tally = field(default_factory=Tally)
     subscriptions: Tally = field(default_factory=Tally)
     keys: Tally = field(default_factory=Tally)
+    # Active subscriptions by installation: held before the import, and imported since (an entry per
+    # installation given an active subscription, kept for the run: its rows come in any order).
+    active: Counter[str] = field(default_factory=Counter)
+    # The subscriptions left out for the topic limit, whose keys are left out too.
+    over_limit: set[tuple[str, str]] = field(default_factory=set)
 
 
 async def add_installations(
@@ -65,13 +72,18 @@ async def add_subscriptions(
     session: AsyncSession,
     batch: Sequence[ImportedSubscription | str],
     now_ns: int,
-    tally: Tally,
+    report: ImportReport,
     *,
+    max_active: int,
     write: bool,
 ) -> None:
-    new = await _missing(
+    """Each subscription missing here, but no more active ones per installation than the API lets
+    it hold (XMTP_PUSH_MAX_PUSH_TOPICS): the first read are kept."""
+    tally = report.subscriptions
+    found = await _missing(
         batch, tally, lambda r: (r.installation_id, r.topic), repo.existing_subscriptions, session
     )
+    new = await _within_topic_limit(session, found, now_ns, report, max_active)
     tally.of_which[INACTIVE] += sum(1 for r in new if not r.active)
     tally.of_which[SILENT] += sum(1 for r in new if r.is_silent)
     if write and new:
@@ -79,11 +91,45 @@ async def add_subscriptions(
         await session.flush()
 
 
+async def _within_topic_limit(
+    session: AsyncSession,
+    rows: list[ImportedSubscription],
+    now_ns: int,
+    report: ImportReport,
+    max_active: int,
+) -> list[ImportedSubscription]:
+    active = report.active
+    first_seen = {r.installation_id for r in rows if r.active and r.installation_id not in active}
+    if first_seen:  # what each held before this run (its rows are made at now_ns)
+        held = await repo.active_counts(session, list(first_seen), now_ns)
+        for installation_id in first_seen:
+            active[installation_id] = held.get(installation_id, 0)
+    kept = []
+    for row in rows:
+        if row.active and active[row.installation_id] >= max_active:
+            report.over_limit.add((row.installation_id, row.topic))
+            continue
+        if row.active:
+            active[row.installation_id] += 1
+        kept.append(row)
+    report.subscriptions.imported -= len(rows) - len(kept)
+    report.subscriptions.skipped[OVER_TOPIC_LIMIT] += len(rows) - len(kept)
+    return kept
+
+
 async def add_keys(
-    session: AsyncSession, batch: Sequence[ImportedKey | str], tally: Tally, *, write: bool
+    session: AsyncSession, batch: Sequence[ImportedKey | str], report: ImportReport, *, write: bool
 ) -> None:
+    over = report.over_limit
+    if over:
+        batch = [
+            OF_A_SUBSCRIPTION_OVER_THE_LIMIT
+            if not isinstance(r, str) and (r.installation_id, r.topic) in over
+            else r
+            for r in batch
+        ]
     new = await _missing(
-        batch, tally, lambda r: (r.installation_id, r.topic, r.period), repo.existing_keys, session
+        batch, report.keys, lambda r: (r.installation_id, r.topic, r.period), repo.existing_keys, session
     )
     if write and new:
         await repo.add_keys(session, new)

@@ -17,11 +17,14 @@ from app.legacy.commands import (
     Mechanism,
     SubscriptionSpec,
 )
+from app.legacy.eligibility import PERIOD_NS
 from app.legacy.models import LegacyHmacKey, LegacyInstallation, LegacySubscription
 
 Installation = LegacyInstallation
 Sub = LegacySubscription
 Key = LegacyHmacKey
+# The periods whose keys a subscription keeps: an SDK sends this period's and its neighbours'.
+KEY_PERIODS_KEPT = 8
 
 
 class SubscriberRow(NamedTuple):
@@ -119,6 +122,31 @@ async def subscribe(
             ),
             keys,
         )
+        await _keep_nearest_periods(session, installation_id, [s.topic for s in specs if s.keys], now_ns)
+
+
+async def _keep_nearest_periods(
+    session: AsyncSession, installation_id: str, topics: Sequence[str], now_ns: int
+) -> None:
+    """Each subscription keeps the keys of its KEY_PERIODS_KEPT periods nearest now (the later of two
+    as near): calls adding keys for ever more periods cannot grow its rows without end, and only a
+    key for the period of a message's own time is ever read."""
+    now_period = now_ns // PERIOD_NS
+    ranked = (
+        select(
+            Key.topic,
+            Key.period,
+            func.row_number()
+            .over(partition_by=Key.topic, order_by=(func.abs(Key.period - now_period), Key.period.desc()))
+            .label("rank"),
+        )
+        .where(Key.installation_id == installation_id, Key.topic.in_(list(topics)))
+        .subquery()
+    )
+    beyond = select(ranked.c.topic, ranked.c.period).where(ranked.c.rank > KEY_PERIODS_KEPT)
+    await session.execute(
+        delete(Key).where(Key.installation_id == installation_id, tuple_(Key.topic, Key.period).in_(beyond))
+    )
 
 
 async def unsubscribe(session: AsyncSession, installation_id: str, topics: Sequence[str]) -> int:
@@ -287,6 +315,16 @@ async def delete_expired(session: AsyncSession, cutoff_ns: int, batch: int) -> t
 
 
 # --- an import of the Go server's database (app.legacy.importing): add what is missing only ------
+
+
+async def active_counts(session: AsyncSession, ids: Sequence[str], made_before_ns: int) -> dict[str, int]:
+    """Active subscriptions made before a moment, by installation id (those with none left out)."""
+    query = (
+        select(Sub.installation_id, func.count())
+        .where(Sub.installation_id.in_(list(ids)), Sub.active, Sub.created_ns < made_before_ns)
+        .group_by(Sub.installation_id)
+    )
+    return {row[0]: int(row[1]) for row in await session.execute(query)}
 
 
 async def existing_installations(session: AsyncSession, ids: Sequence[str]) -> set[str]:

@@ -38,9 +38,13 @@ async def import_go_database(settings: Settings, source: str, *, dry_run: bool) 
                 importing.add_installations, now_ns=now_ns, tally=report.installations, write=write
             )
             add_subscriptions = partial(
-                importing.add_subscriptions, now_ns=now_ns, tally=report.subscriptions, write=write
+                importing.add_subscriptions,
+                now_ns=now_ns,
+                report=report,
+                max_active=settings.max_push_topics,
+                write=write,
             )
-            add_keys = partial(importing.add_keys, tally=report.keys, write=write)
+            add_keys = partial(importing.add_keys, report=report, write=write)
             await _each_batch(go.installations(), sessions, add_installations, write)
             await _each_batch(go.subscriptions(), sessions, add_subscriptions, write)
             await _each_batch(go.keys(), sessions, add_keys, write)
