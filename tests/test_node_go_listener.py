@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from prometheus_client import REGISTRY
 
 from app.core.dependencies import DependencyLog
 from app.legacy.jobs import LEGACY_ENVELOPES, LegacyEnvelope, LegacyFanoutJob
+from app.queue.activity import NODE_GO, ActivityLog, ListenerState, MemoryActivityLog
 from app.queue.memory import MemoryQueue
 from fakes.fake_node_go import MALFORMED, FakeNodeGo, group_message, other_envelope, welcome_message
 from tests.support.pipeline import wait_until
@@ -93,10 +95,12 @@ class Running:
 
 
 @asynccontextmanager
-async def listening(node: FakeNodeGo, queue: Any = None, *, queues: bool = True) -> AsyncIterator[Running]:
+async def listening(
+    node: FakeNodeGo, queue: Any = None, *, queues: bool = True, activity: ActivityLog | None = None
+) -> AsyncIterator[Running]:
     queue = MemoryQueue(reclaim_seconds=60) if queue is None else queue
     listener = NodeGoListener(
-        node.address, tls=False, queue=queue, dependencies=DependencyLog(), queues=queues
+        node.address, tls=False, queue=queue, dependencies=DependencyLog(), queues=queues, activity=activity
     )
     stop = asyncio.Event()
     running = Running(node, listener, queue, stop, asyncio.create_task(listener.run(stop)))
@@ -123,6 +127,28 @@ async def test_each_kind_is_counted_and_group_messages_and_welcomes_are_queued(n
         await run.stopped()
     assert state() == (3, 1)  # stopped; the node answered until then
     assert not await run.listener.stream_open()
+
+
+async def test_its_state_is_told_for_the_status_page_and_stats(node_go: FakeNodeGo) -> None:
+    activity = MemoryActivityLog()
+    async with listening(node_go, activity=activity) as run:
+        await run.open()
+        live = await _told(activity, "live")
+        assert abs(live.updated - time.time()) < 60 and await activity.listener() is None  # not xmtpd's
+        stamped = time.time_ns() - 3_000_000_000  # published by the node 3 s before it is read
+        node_go.publish([group_message(secrets.token_bytes(16), 9, timestamp_ns=stamped)])
+        await run.queued(1)
+        await run.stopped()
+    told = await activity.listener(NODE_GO)
+    assert told is not None and told.state == "stopped" and 3 <= told.lag_seconds < 60, told
+
+
+async def _told(activity: MemoryActivityLog, state: str) -> ListenerState:
+    deadline = time.monotonic() + WAIT
+    while (told := await activity.listener(NODE_GO)) is None or told.state != state:
+        assert time.monotonic() < deadline, f"{state} not told: {told}"
+        await asyncio.sleep(0.05)
+    return told
 
 
 async def test_a_group_topic_in_another_spelling_is_another_topic(node_go: FakeNodeGo) -> None:

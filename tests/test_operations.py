@@ -34,7 +34,7 @@ from app.ops.stats import collect_stats
 from app.proto.notifications.v1 import service_pb2 as lpb
 from app.proto.xmtp.backend.v1 import notification_pb2 as pb
 from app.proto.xmtp.backend.v1 import notification_pb2_grpc
-from app.queue.activity import ListenerState
+from app.queue.activity import NODE_GO, ListenerState
 from app.recipients.models import Recipient
 from fakes.fake_apns import FakeApns
 from fakes.fake_fcm import FakeFcm
@@ -558,6 +558,8 @@ async def test_stats_tell_refused_credentials_and_the_listener(
         assert activity is not None
         # What the listener leaves as it ends cleanly (tests/test_listener.py runs one to its stop).
         await activity.set_listener(ListenerState(0.5, time.time() - 300, "stopped", 0))
+        # And a node-go listener's, once one has reported (a legacy API deployment's).
+        await activity.set_listener(ListenerState(0.0, time.time() - 60, "stopped"), NODE_GO)
         after = await xmtp_push("stats", env=env)
     assert before.returncode == after.returncode == 0, (before, after)
     tail = ["credentials refused, last hour:", f"  apns   {refused}"]
@@ -565,8 +567,11 @@ async def test_stats_tell_refused_credentials_and_the_listener(
         *tail,
         "listener: not configured: no listener has reported (run `xmtp-push listen`)",
     ], before.stdout
-    assert after.stdout.splitlines()[-3:-1] == tail
-    assert re.fullmatch(r"listener: stopped 30\d s ago \(a clean stop\)", after.stdout.splitlines()[-1])
+    assert after.stdout.splitlines()[-4:-2] == tail
+    assert re.fullmatch(r"listener: stopped 30\d s ago \(a clean stop\)", after.stdout.splitlines()[-2])
+    assert re.fullmatch(
+        r"node-go listener: stopped 6\d s ago \(a clean stop\)", after.stdout.splitlines()[-1]
+    )
 
 
 async def test_stats_without_a_queue_says_so(postgresql_url: str) -> None:

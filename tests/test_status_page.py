@@ -18,7 +18,7 @@ import pytest
 from app import __version__
 from app.api.status import COLORS, FAILURE_COLORS, render
 from app.ops.stats import Stats, collect_stats
-from app.queue.activity import ListenerState, RedisActivityLog
+from app.queue.activity import LISTENER_KEYS, NODE_GO, ListenerState, RedisActivityLog
 from app.queue.redis_link import RedisLink
 from fakes.fake_apns import FakeApns
 from fakes.keys import apns_key_pem
@@ -177,7 +177,7 @@ async def test_status_page_in_headless_chromium(
         delivered = run.outcomes.get(channel, {}).get("delivered", 0)
         failures = run.outcomes.get(channel, {}).get("dead", 0)
         assert f"<tr><td>{channel}</td>{health}<td>{delivered}</td><td>{failures}</td></tr>" in html, channel
-    assert 'class="off">not configured: no listener has reported' in html
+    assert 'class="off">xmtpd: not configured: no listener has reported' in html
     # Deliveries apart from failures: the gone targets are failures' bars (grey), never red.
     assert bars(svg(html, "delivered per minute")) == {c: COLORS[c] for c in ("apns", "http")}
     assert bars(svg(html, "failures per minute")) == {"dead": FAILURE_COLORS["dead"]}
@@ -270,10 +270,43 @@ async def test_the_listener_is_told_as_not_configured_connecting_catching_up_liv
             stored = await log.listener()
             assert stored == state  # through Redis and back
             stats = Stats({"apns": 0, "fcm": 0, "http": 0}, 0, None, None, {}, listener=stored, generated=now)
-            assert f'<p id="listener" {css}>{words}</p>' in render(stats, set()), state
+            assert f'<p id="listener" {css}>xmtpd: {words}</p>' in render(stats, set()), state
         no_listener = Stats({}, 0, None, None, {}, generated=now)
-        assert '<p id="listener" class="off">not configured: no listener has reported' in render(
+        assert '<p id="listener" class="off">xmtpd: not configured: no listener has reported' in render(
             no_listener, set()
         )
     finally:
+        await link.close()
+
+
+async def test_the_node_go_listener_is_told_beside_the_xmtpd_one(redis_url: str) -> None:
+    link = RedisLink(redis_url)
+    log = RedisActivityLog(link)
+    now = time.time()
+    try:
+        await link.run(lambda client: client.delete(LISTENER_KEYS[NODE_GO]))
+        assert await log.listener(NODE_GO) is None
+        off = Stats({}, 0, None, None, {}, generated=now)
+        assert '<p id="node-go-listener" class="off">node-go: not configured: none has reported' in render(
+            off, set()
+        )
+        cases = {
+            ListenerState(0.0, now, "connecting"): ('class="warn"', "connecting: what the node publishes"),
+            ListenerState(0.25, now, "live"): ('class="ok"', "live, the last envelope read 0.2 s after"),
+            ListenerState(0.0, now - 600, "live"): (
+                'class="bad"',
+                "not reporting for 600 s (last seen live)",
+            ),
+            ListenerState(0.0, now - 60, "stopped"): ('class="off"', "stopped 60 s ago (a clean stop)"),
+        }
+        xmtpd = ListenerState(1.0, now, "live", 3)
+        await log.set_listener(xmtpd)
+        for state, (css, words) in cases.items():
+            await log.set_listener(state, NODE_GO)
+            stored = await log.listener(NODE_GO)
+            assert stored == state and await log.listener() == xmtpd  # each its own
+            stats = Stats({}, 0, None, None, {}, listener=xmtpd, node_go_listener=stored, generated=now)
+            assert f'<p id="node-go-listener" {css}>node-go: {words}' in render(stats, set()), state
+    finally:
+        await link.run(lambda client: client.delete(LISTENER_KEYS[NODE_GO]))
         await link.close()

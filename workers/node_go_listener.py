@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import cast
 
 import grpc
@@ -29,6 +30,7 @@ from app.legacy.jobs import LegacyEnvelope
 from app.legacy.messages import idempotency_key
 from app.ops.failures import tell_or_log
 from app.proto.xmtp.message_api.v1 import message_api_pb2 as node_go
+from app.queue.activity import NODE_GO, ActivityLog, ListenerState
 from app.queue.base import WorkQueue
 from app.runtime import Runtime
 from workers.outage import Outage, Reachability, keep_connected, node_channel
@@ -49,17 +51,31 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 20_000),
 ]
 STATES = {"connecting": 0, "live": 2, "stopped": 3}
+# How often the state is told to the status page and `stats`, besides at each change: a quiet
+# network sends nothing, and a listener that has not told for 2 minutes shows as not reporting.
+REPORT_SECONDS = 10.0
 KIND_OF_TOPIC = {topics.CONVERSATION: "group_message", topics.WELCOME: "welcome"}
 _END = None  # put in the buffer once reading has ended
 
 
 class NodeGoListener:
     def __init__(
-        self, address: str, *, tls: bool, queue: WorkQueue, dependencies: DependencyLog, queues: bool
+        self,
+        address: str,
+        *,
+        tls: bool,
+        queue: WorkQueue,
+        dependencies: DependencyLog,
+        queues: bool,
+        activity: ActivityLog | None = None,
     ) -> None:
-        """`queues`: the envelopes are queued (the legacy API is on); otherwise only counted."""
+        """`queues`: the envelopes are queued (the legacy API is on); otherwise only counted.
+        `activity`: where the state is told for the status page and `stats`."""
         self.address, self.tls, self.queue, self.dependencies = address, tls, queue, dependencies
-        self.queues = queues
+        self.queues, self.activity = queues, activity
+        self._state = "connecting"
+        self._changed = asyncio.Event()  # the state changed: tell it now
+        self._delay_seconds = 0.0  # the last envelope's reading after the node stamped it
         self._buffer: asyncio.Queue[LegacyEnvelope | None] = asyncio.Queue(BUFFER)
         self._holding = 0  # envelopes read and not queued, outside the buffer
         self._ended = False  # `_END` is in the buffer
@@ -84,6 +100,7 @@ class NodeGoListener:
                 NODE_GO_ADDRESS,
             )
         queuer = asyncio.create_task(self._queue_all())
+        reporter = asyncio.create_task(self._report_until_stopped())
         try:
             await self._read_until(stop)
             with contextlib.suppress(TimeoutError):
@@ -93,8 +110,10 @@ class NodeGoListener:
                 left = self._holding + self._buffer.qsize() - (1 if self._ended else 0)
                 log.warning("%d node-go envelopes read were not queued before the listener stopped", left)
                 queuer.cancel()
-            await asyncio.gather(queuer, return_exceptions=True)
+            reporter.cancel()
+            await asyncio.gather(queuer, reporter, return_exceptions=True)
             self._enter("stopped")
+            await self._report()
 
     # reading
 
@@ -158,6 +177,7 @@ class NodeGoListener:
         self._counted[kind].inc()
         if kind == "other" or not self.queues:
             return
+        self._delay_seconds = max(0.0, time.time() - envelope.timestamp_ns / 1e9)
         message = envelope.message
         key = idempotency_key(topic, message)
         await self._hold(LegacyEnvelope(topic, envelope.timestamp_ns, message, key), stop)
@@ -179,6 +199,22 @@ class NodeGoListener:
         metrics.node_go_listener_state.set(STATES[state])
         if state != "stopped":
             metrics.dependency_up.labels("node_go").set(1 if state == "live" else 0)
+        self._state = state
+        self._changed.set()
+
+    async def _report_until_stopped(self) -> None:
+        while True:
+            await self._report()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), REPORT_SECONDS)
+            self._changed.clear()
+
+    async def _report(self) -> None:
+        if self.activity is None:
+            return
+        state = ListenerState(self._delay_seconds, time.time(), self._state)
+        with contextlib.suppress(Exception):  # telemetry only
+            await self.activity.set_listener(state, NODE_GO)
 
     # queueing
 
@@ -230,6 +266,7 @@ def new_node_go_listener(runtime: Runtime) -> NodeGoListener:
         queue=runtime.queue,
         dependencies=runtime.dependencies,
         queues=settings.legacy_api_enabled,
+        activity=runtime.activity,
     )
 
 

@@ -16,7 +16,7 @@ from app import __version__
 from app.api.charts import last_hour, legend, lines, stacked_bars
 from app.core.channels import Channel
 from app.delivery.registry import CHANNELS
-from app.ops.stats import CHANNEL_LABELS, FAILURES, Stats, collect_stats, listener_summary
+from app.ops.stats import CHANNEL_LABELS, FAILURES, Stats, collect_stats, listener_summary, node_go_summary
 from app.queue.activity import MinuteCount
 from app.queue.backlog import RETRIES
 from app.queue.base import ENVELOPES, delivery_stream
@@ -53,7 +53,8 @@ th:first-child,td:first-child{{text-align:left}} svg{{background:#fff;border:1px
 <h2>Channels</h2>
 {channels}
 <h2>Listener</h2>
-<p id="listener" class="{listener_class}">{listener}</p>
+<p id="listener" class="{listener_class}">xmtpd: {listener}</p>
+<p id="node-go-listener" class="{node_go_class}">node-go: {node_go}</p>
 <h2>Delivered per minute, last hour</h2>
 {delivered}
 <p class="legend">{delivered_legend}</p>
@@ -175,6 +176,7 @@ def render(stats: Stats, configured: set[Channel]) -> str:
     failures = _per_minute((m for m in stats.minutes if m.outcome in FAILURES), "outcome")
     latency, backlog = _latency(stats), _signal(stats, "backlog")
     listener, listener_class = listener_summary(stats.listener, stats.generated)
+    node_go, node_go_class = node_go_summary(stats.node_go_listener, stats.generated)
     return PAGE.format(
         version=html.escape(__version__),
         uptime=_duration(time.time() - STARTED),
@@ -183,6 +185,8 @@ def render(stats: Stats, configured: set[Channel]) -> str:
         channels=_channels(stats, configured),
         listener=html.escape(listener),
         listener_class=listener_class,
+        node_go=html.escape(node_go),
+        node_go_class=node_go_class,
         delivered=stacked_bars("delivered per minute", minutes, delivered, COLORS, "/min"),
         delivered_legend=legend(COLORS, list(COLORS)),
         failures=stacked_bars("failures per minute", minutes, failures, FAILURE_COLORS, "/min"),

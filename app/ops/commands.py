@@ -144,7 +144,7 @@ def run_stats(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def format_stats(stats: Stats) -> str:
-    from app.ops.stats import listener_summary
+    from app.ops.stats import listener_summary, node_go_summary
 
     # `stats` reads strictly (a service down exits with its code): nothing here is unknown.
     lines = ["recipients:"]
@@ -164,6 +164,8 @@ def format_stats(stats: Stats) -> str:
     lines.append("credentials refused, last hour:")
     lines += [f"  {channel:<6} {count}" for channel, count in stats.credentials_refused.items()] or ["  none"]
     lines.append(f"listener: {listener_summary(stats.listener, stats.generated)[0]}")
+    if stats.node_go_listener is not None:  # only the legacy API's deployments run one
+        lines.append(f"node-go listener: {node_go_summary(stats.node_go_listener, stats.generated)[0]}")
     return "\n".join(lines)
 
 

@@ -11,7 +11,14 @@ from typing import TypeVar
 
 from app.ops import repository
 from app.ops.failures import tell_or_log
-from app.queue.activity import CREDENTIALS_REFUSED, SIGNALS, ListenerState, MinuteCount, RedisActivityLog
+from app.queue.activity import (
+    CREDENTIALS_REFUSED,
+    NODE_GO,
+    SIGNALS,
+    ListenerState,
+    MinuteCount,
+    RedisActivityLog,
+)
 from app.queue.base import ENVELOPES, delivery_stream
 from app.recipients.types import XMTP_CHANNELS
 from app.runtime import Runtime
@@ -35,7 +42,8 @@ class Stats:
     retries_waiting: int | None
     outcomes: dict[str, dict[str, int]]  # channel -> outcome -> count, last hour
     minutes: list[MinuteCount] = field(default_factory=list)  # per-minute outcomes, last hour
-    listener: ListenerState | None = None
+    listener: ListenerState | None = None  # xmtpd's
+    node_go_listener: ListenerState | None = None
     generated: float = 0.0
     # Per minute, last hour: attempts and their milliseconds, credential refusals (per channel), and
     # the backlog (per queue); see app/queue/activity.py.
@@ -58,6 +66,7 @@ async def collect_stats(runtime: Runtime, *, unknown_while_down: bool = False) -
     activity = runtime.activity
     recorded = await read(activity.since(now - HOUR, now)) if activity else []
     listener = await read(activity.listener()) if activity else None
+    node_go_listener = await read(activity.listener(NODE_GO)) if activity else None
     queued = await read(_queue_depths(runtime)) if runtime.queue is not None else None
     minutes = [m for m in recorded or [] if m.outcome not in SIGNALS]
     series = [m for m in recorded or [] if m.outcome in SIGNALS]
@@ -73,6 +82,7 @@ async def collect_stats(runtime: Runtime, *, unknown_while_down: bool = False) -
         outcomes=_totals(minutes),
         minutes=minutes,
         listener=listener,
+        node_go_listener=node_go_listener,
         generated=now,
         series=series,
         credentials_refused=_refusals(series),
@@ -128,12 +138,32 @@ def listener_summary(listener: ListenerState | None, now: float) -> tuple[str, s
     """The listener in words, and how it fares: `ok`, `warn`, `bad`, or `off` (not running, by choice)."""
     if listener is None:
         return "not configured: no listener has reported (run `xmtp-push listen`)", "off"
+    if (gone := _not_running(listener, now)) is not None:
+        return gone
+    if listener.state == "live":
+        lag = f"{listener.lag_seconds:.1f} s, {listener.lag_envelopes} envelopes past the stored cursor"
+        return f"live, lag {lag}", "ok"
+    return f"{listener.state.replace('_', ' ')} (lag {listener.lag_seconds:.1f} s)", "warn"
+
+
+def node_go_summary(listener: ListenerState | None, now: float) -> tuple[str, str]:
+    """The node-go listener (the legacy API's) in words, and how it fares, as `listener_summary`."""
+    if listener is None:
+        return (
+            "not configured: none has reported (the legacy API's `listen` with XMTP_PUSH_NODE_GO_ADDRESS)",
+            "off",
+        )
+    if (gone := _not_running(listener, now)) is not None:
+        return gone
+    if listener.state == "live":
+        return f"live, the last envelope read {listener.lag_seconds:.1f} s after the node stamped it", "ok"
+    return "connecting: what the node publishes meanwhile is read by another listener or not at all", "warn"
+
+
+def _not_running(listener: ListenerState, now: float) -> tuple[str, str] | None:
     age = now - listener.updated
     if listener.state == "stopped":
         return f"stopped {age:.0f} s ago (a clean stop)", "off"
     if age > LISTENER_STALE_SECONDS:
         return f"not reporting for {age:.0f} s (last seen {listener.state.replace('_', ' ')})", "bad"
-    if listener.state == "live":
-        lag = f"{listener.lag_seconds:.1f} s, {listener.lag_envelopes} envelopes past the stored cursor"
-        return f"live, lag {lag}", "ok"
-    return f"{listener.state.replace('_', ' ')} (lag {listener.lag_seconds:.1f} s)", "warn"
+    return None

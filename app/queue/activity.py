@@ -18,6 +18,9 @@ BUCKET_SECONDS = 60
 KEEP_SECONDS = 2 * 3600
 PREFIX = "xmtp-push:activity:"
 LISTENER_KEY = "xmtp-push:listener"
+# The listeners that report, by the source they read: xmtpd's (the new API's network) and node-go's.
+XMTPD, NODE_GO = "xmtpd", "node_go"
+LISTENER_KEYS = {XMTPD: LISTENER_KEY, NODE_GO: f"{LISTENER_KEY}:{NODE_GO}"}
 
 Tally = Mapping[tuple[str, str], int]  # (subject, outcome) -> count; see MinuteCount
 # Besides outcomes, a tally may count these per channel: attempts made, their milliseconds in all,
@@ -59,9 +62,9 @@ class ActivityLog(Protocol):
 
     async def since(self, since: float, now: float) -> list[MinuteCount]: ...
 
-    async def set_listener(self, state: ListenerState) -> None: ...
+    async def set_listener(self, state: ListenerState, source: str = XMTPD) -> None: ...
 
-    async def listener(self) -> ListenerState | None: ...
+    async def listener(self, source: str = XMTPD) -> ListenerState | None: ...
 
 
 def _minute(moment: float) -> int:
@@ -75,7 +78,7 @@ def _minutes(since: float, now: float) -> range:
 class MemoryActivityLog:
     def __init__(self) -> None:
         self._buckets: dict[int, Counter[tuple[str, str]]] = {}
-        self._listener: ListenerState | None = None
+        self._listeners: dict[str, ListenerState] = {}
 
     async def record(self, tally: Tally, now: float) -> None:
         self._buckets.setdefault(_minute(now), Counter()).update(tally)
@@ -94,11 +97,11 @@ class MemoryActivityLog:
             for (subject, outcome), count in sorted(self._buckets.get(minute, Counter()).items())
         ]
 
-    async def set_listener(self, state: ListenerState) -> None:
-        self._listener = state
+    async def set_listener(self, state: ListenerState, source: str = XMTPD) -> None:
+        self._listeners[source] = state
 
-    async def listener(self) -> ListenerState | None:
-        return self._listener
+    async def listener(self, source: str = XMTPD) -> ListenerState | None:
+        return self._listeners.get(source)
 
 
 class RedisActivityLog:
@@ -150,17 +153,19 @@ class RedisActivityLog:
                 counts.append(MinuteCount(minute, subject, outcome, int(value)))
         return counts
 
-    async def set_listener(self, state: ListenerState) -> None:
+    async def set_listener(self, state: ListenerState, source: str = XMTPD) -> None:
+        key = LISTENER_KEYS[source]
         mapping = {
             "lag": state.lag_seconds,
             "updated": state.updated,
             "state": LISTENER_STATES.index(state.state),
             "lag_envelopes": state.lag_envelopes,
         }
-        await self._link.run(lambda client: client.hset(LISTENER_KEY, mapping=mapping), retry=False)
+        await self._link.run(lambda client: client.hset(key, mapping=mapping), retry=False)
 
-    async def listener(self) -> ListenerState | None:
-        raw = await self._link.run(lambda client: client.hgetall(LISTENER_KEY), retry=False)
+    async def listener(self, source: str = XMTPD) -> ListenerState | None:
+        key = LISTENER_KEYS[source]
+        raw = await self._link.run(lambda client: client.hgetall(key), retry=False)
         if not raw:
             return None
         values = {_text(k): float(v) for k, v in raw.items()}
