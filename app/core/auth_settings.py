@@ -2,8 +2,8 @@
 
 Each parser takes what the environment or the TOML file gave and returns a typed value, or raises
 ValueError with a message that names what is wrong and never quotes a value: an API key, a PEM or a
-URL is never echoed (a key's name is, being an operator's label). `app/core/config.py` applies them
-only while XMTP_PUSH_AUTH_ENABLED is true.
+URL is never echoed (a key's name is, being an operator's label). `AuthSettings`, a part of the one
+Settings object (app/core/config.py), applies them only while XMTP_PUSH_AUTH_ENABLED is true.
 """
 
 from __future__ import annotations
@@ -15,11 +15,23 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode
 
 # The six JWT algorithms accepted, each with the test its public key must pass.
 PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
@@ -199,3 +211,62 @@ def split_required_list(value: Any) -> Any:
 def least_max_stale(refresh_seconds: int) -> int:
     """The smallest max-stale that leaves a refresh (with its jitter) and one more try time to land."""
     return refresh_seconds + -(-refresh_seconds // 10) + 10
+
+
+class AuthSettings(BaseSettings):
+    """The XMTP_PUSH_AUTH_* settings, a part of the one Settings object (app.core.config)."""
+
+    # Caller authentication of NotificationService (docs/callers.md#who-may-call). While AUTH_ENABLED is
+    # false no other auth_ setting is read or checked (`_auth_only_when_enabled`).
+    auth_enabled: bool = False
+    auth_api_keys: Annotated[tuple[ApiKey, ...] | None, NoDecode, PlainValidator(parse_api_keys)] = None
+    auth_jwks_url: Annotated[str | None, AfterValidator(check_jwks_url)] = None
+    auth_keys: Annotated[tuple[InlineKey, ...] | None, NoDecode, PlainValidator(parse_inline_keys)] = None
+    auth_audiences: Annotated[tuple[str, ...] | None, NoDecode, BeforeValidator(split_required_list)] = None
+    auth_issuers: Annotated[tuple[str, ...] | None, NoDecode, BeforeValidator(split_required_list)] = None
+    auth_required_scopes: Annotated[tuple[str, ...], NoDecode, BeforeValidator(split_list)] = ()
+    auth_leeway_seconds: int = Field(60, ge=0, le=300)
+    auth_jwks_refresh_seconds: int = Field(300, ge=1)
+    auth_jwks_max_stale_seconds: int = 3600
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auth_only_when_enabled(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        enabled = next((value for key, value in data.items() if str(key).lower() == "auth_enabled"), False)
+        try:
+            on = TypeAdapter(bool).validate_python(enabled)
+        except ValidationError:
+            return data  # the field's own check names it
+        if on:
+            return data
+        return {key: value for key, value in data.items() if not _is_auth_setting(key)}
+
+    @field_validator("auth_jwks_max_stale_seconds")
+    @classmethod
+    def _check_max_stale(cls, value: int, info: ValidationInfo) -> int:
+        least = least_max_stale(int(info.data.get("auth_jwks_refresh_seconds") or 1))
+        if value < least:
+            raise ValueError(f"must be at least {least} (refresh + a tenth of it + 10 s)")
+        return value
+
+    @model_validator(mode="after")
+    def _check_auth_sources(self) -> Self:
+        if not self.auth_enabled:
+            return self
+        if not (self.auth_api_keys or self.auth_jwks_url or self.auth_keys):
+            raise ValueError(
+                "XMTP_PUSH_AUTH_ENABLED: needs XMTP_PUSH_AUTH_API_KEYS, XMTP_PUSH_AUTH_JWKS_URL or "
+                "XMTP_PUSH_AUTH_KEYS"
+            )
+        if self.auth_jwks_url and self.auth_keys:
+            raise ValueError(
+                "XMTP_PUSH_AUTH_KEYS: not together with XMTP_PUSH_AUTH_JWKS_URL (one JWT key source)"
+            )
+        return self
+
+
+def _is_auth_setting(key: Any) -> bool:
+    name = str(key).lower()
+    return name.startswith("auth_") and name != "auth_enabled"

@@ -12,17 +12,13 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AfterValidator,
     AliasChoices,
     BeforeValidator,
     Field,
-    PlainValidator,
     SecretStr,
-    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -34,16 +30,7 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from app.core.auth_settings import (
-    ApiKey,
-    InlineKey,
-    check_jwks_url,
-    least_max_stale,
-    parse_api_keys,
-    parse_inline_keys,
-    split_list,
-    split_required_list,
-)
+from app.core.auth_settings import AuthSettings
 from app.core.legacy_settings import LegacySettings
 from app.core.proxies import parse_proxy_url
 from app.core.quota_settings import QuotaSettings
@@ -88,7 +75,7 @@ class SettingsError(Exception):
     """A setting has a bad value; the message names the setting, never its value."""
 
 
-class Settings(QuotaSettings, LegacySettings):
+class Settings(AuthSettings, QuotaSettings, LegacySettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     database_url: str = "sqlite+aiosqlite:///./xmtp-push.db"
@@ -216,56 +203,6 @@ class Settings(QuotaSettings, LegacySettings):
     # Printable ASCII, at most APNs' 64 bytes.
     marmot_apns_collapse_id: str | None = Field(None, pattern=r"^[ -~]{1,64}$")
 
-    # Caller authentication of NotificationService (docs/callers.md#who-may-call). While AUTH_ENABLED is
-    # false no other auth_ setting is read or checked (`_auth_only_when_enabled`).
-    auth_enabled: bool = False
-    auth_api_keys: Annotated[tuple[ApiKey, ...] | None, NoDecode, PlainValidator(parse_api_keys)] = None
-    auth_jwks_url: Annotated[str | None, AfterValidator(check_jwks_url)] = None
-    auth_keys: Annotated[tuple[InlineKey, ...] | None, NoDecode, PlainValidator(parse_inline_keys)] = None
-    auth_audiences: Annotated[tuple[str, ...] | None, NoDecode, BeforeValidator(split_required_list)] = None
-    auth_issuers: Annotated[tuple[str, ...] | None, NoDecode, BeforeValidator(split_required_list)] = None
-    auth_required_scopes: Annotated[tuple[str, ...], NoDecode, BeforeValidator(split_list)] = ()
-    auth_leeway_seconds: int = Field(60, ge=0, le=300)
-    auth_jwks_refresh_seconds: int = Field(300, ge=1)
-    auth_jwks_max_stale_seconds: int = 3600
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auth_only_when_enabled(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        enabled = next((value for key, value in data.items() if str(key).lower() == "auth_enabled"), False)
-        try:
-            on = TypeAdapter(bool).validate_python(enabled)
-        except ValidationError:
-            return data  # the field's own check names it
-        if on:
-            return data
-        return {key: value for key, value in data.items() if not _is_auth_setting(key)}
-
-    @field_validator("auth_jwks_max_stale_seconds")
-    @classmethod
-    def _check_max_stale(cls, value: int, info: ValidationInfo) -> int:
-        least = least_max_stale(int(info.data.get("auth_jwks_refresh_seconds") or 1))
-        if value < least:
-            raise ValueError(f"must be at least {least} (refresh + a tenth of it + 10 s)")
-        return value
-
-    @model_validator(mode="after")
-    def _check_auth_sources(self) -> Settings:
-        if not self.auth_enabled:
-            return self
-        if not (self.auth_api_keys or self.auth_jwks_url or self.auth_keys):
-            raise ValueError(
-                f"{ENV_PREFIX}AUTH_ENABLED: needs {ENV_PREFIX}AUTH_API_KEYS, {ENV_PREFIX}AUTH_JWKS_URL or "
-                f"{ENV_PREFIX}AUTH_KEYS"
-            )
-        if self.auth_jwks_url and self.auth_keys:
-            raise ValueError(
-                f"{ENV_PREFIX}AUTH_KEYS: not together with {ENV_PREFIX}AUTH_JWKS_URL (one JWT key source)"
-            )
-        return self
-
     @field_validator("marmot_relays", mode="before")
     @classmethod
     def _split_relays(cls, value: Any) -> Any:
@@ -355,11 +292,6 @@ class Settings(QuotaSettings, LegacySettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
-
-
-def _is_auth_setting(key: Any) -> bool:
-    name = str(key).lower()
-    return name.startswith("auth_") and name != "auth_enabled"
 
 
 def _check_url_shape(value: str) -> None:
