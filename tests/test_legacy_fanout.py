@@ -4,6 +4,7 @@ whose first page is full is handed on as installation-id ranges, each subscriber
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import time
@@ -21,11 +22,12 @@ from app.legacy.jobs import (
     legacy_delivery_stream,
     shared_fields,
 )
-from app.legacy.models import LegacyInstallation, LegacySubscription
+from app.legacy.models import LegacyHmacKey, LegacyInstallation, LegacySubscription
 from app.legacy.payloads import LegacyDelivery, PayloadSettings, apns_push
 from app.runtime import Runtime, open_runtime
+from tests.support import legacy_vector as vector
 from tests.support import make_settings
-from tests.support.legacy import welcome
+from tests.support.legacy import group, welcome
 
 PAGE = 3
 CHANNELS = channel_chooser(apns=True, fcm=True, http=False)
@@ -189,6 +191,53 @@ def test_a_delivery_job_written_from_the_shared_part_is_the_job_itself() -> None
         fields = [installation_id, topic, "AP9tc2c=", 2**63 + 5, "k:1", True, 17, 18, 1, True]
         assert json.loads(encoded) == fields
         assert LegacyDeliveryJob.decode(encoded) == job
+
+
+def test_a_delivery_job_reads_the_same_by_its_pattern_as_by_json() -> None:
+    """A job with nothing escaped is read by a pattern: each field as json.loads reads it (the same
+    job with spaces added, which only json.loads takes)."""
+    jobs = [
+        LegacyDeliveryJob("i-1", "/xmtp/mls/1/g-00/proto", b"", 0, "k", False, 0, 0),
+        LegacyDeliveryJob(
+            "", "/xmtp/mls/1/w-ff/proto", bytes(range(256)), 2**64 - 1, "a" * 40, True, -1, 9, 4, False
+        ),
+    ]
+    for job in jobs:
+        spaced = job.encode().replace(b",", b", ")
+        assert LegacyDeliveryJob.decode(job.encode()) == LegacyDeliveryJob.decode(spaced) == job
+
+
+async def test_a_subscriber_holding_the_senders_key_for_the_period_is_not_pushed(database_url: str) -> None:
+    """The test vector's message at its time: the subscription with key(671) is suppressed; one with
+    another period's key, another key for 671, or none, is pushed."""
+    # A group topic of this run's own: the verdict reads the message, not which group's topic it came by.
+    run = f"{time.time_ns()}"
+    topic = group(time.time_ns())
+    rows = {f"{run}-sender": {671: vector.key(671)}, f"{run}-old": {670: vector.key(670)}}
+    rows |= {f"{run}-other": {671: b"k" * 42}, f"{run}-none": {}}
+    async with open_runtime(make_settings(database_url)) as runtime:
+        async with runtime.sessions() as session, session.begin():
+            now = time.time_ns()
+            session.add_all(LegacyInstallation(id=i, kind=1, token=f"t{i}", registered_ns=now) for i in rows)
+            session.add_all(LegacySubscription(topic=topic, installation_id=i, created_ns=now) for i in rows)
+            session.add_all(
+                LegacyHmacKey(installation_id=i, topic=topic, period=p, key=k)
+                for i, keys in rows.items()
+                for p, k in keys.items()
+            )
+        message = base64.b64decode(vector.MESSAGE_B64)
+        envelope = LegacyEnvelope(topic, vector.TIMESTAMP_NS, message, run)
+        fanout = LegacyFanout(runtime.legacy_rules, 1000, CHANNELS)
+        async with runtime.reads() as session:
+            page = await fanout.fan_out(session, LegacyFanoutJob(envelope, now, run))
+    pushed = [
+        LegacyDeliveryJob.decode(p).installation_id
+        for p in page.deliveries[legacy_delivery_stream(Channel.APNS)]
+    ]
+    assert sorted(i for i in pushed if i.startswith(run)) == sorted(
+        [f"{run}-old", f"{run}-other", f"{run}-none"]
+    )
+    assert page.skipped == Counter({(Channel.APNS, "suppressed"): 1})
 
 
 def body_size(topic: str, message: bytes, is_silent: bool) -> int:

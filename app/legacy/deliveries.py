@@ -22,6 +22,7 @@ from app.legacy.fanout import ChannelOf
 from app.legacy.jobs import LegacyDeliveryJob, legacy_delivery_stream
 from app.legacy.messages import parse
 from app.legacy.payloads import (
+    EPOCH,
     HTTP_DELIVERY_APP,
     LegacyDelivery,
     PayloadSettings,
@@ -30,6 +31,8 @@ from app.legacy.payloads import (
 )
 from app.legacy.repository import LegacyTarget
 from app.legacy.service import LegacyRules
+
+MECHANISM_LABELS = {int(kind): kind.label for kind in MechanismKind}
 
 
 def payload_settings(settings: Settings) -> PayloadSettings:
@@ -85,18 +88,20 @@ class LegacyDeliveries:
         return self.channel_of_kind(target.kind)
 
     def render(self, channel: Channel, job: LegacyDeliveryJob, target: LegacyTarget) -> Push:
+        # Only the HTTP delivery's body tells the subscription's creation and `should_push`: the
+        # message is read again, and the time converted, for that channel alone.
+        http = channel is Channel.HTTP
         delivery = LegacyDelivery(
-            topic=job.topic,
-            message=job.message,
-            timestamp_ns=job.timestamp_ns,
-            idempotency_key=job.idempotency_key,
-            installation_id=job.installation_id,
-            mechanism=MechanismKind(target.kind).label,
-            token=target.token,
-            is_silent=job.is_silent,
-            created_at=datetime.fromtimestamp(job.created_ns / 1e9, UTC),
-            # Only the HTTP delivery's body tells it: the message is read again for that channel alone.
-            should_push=parse(job.topic, job.message).should_push if channel is Channel.HTTP else None,
+            job.topic,
+            job.message,
+            job.timestamp_ns,
+            job.idempotency_key,
+            job.installation_id,
+            MECHANISM_LABELS[target.kind],
+            target.token,
+            job.is_silent,
+            datetime.fromtimestamp(job.created_ns / 1e9, UTC) if http else EPOCH,
+            parse(job.topic, job.message).should_push if http else None,
         )
         return render(channel, delivery, self.payloads)
 

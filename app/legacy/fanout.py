@@ -48,6 +48,7 @@ ChannelOf = Callable[[int], Channel | None]
 # (docs/performance.md, the legacy rows).
 PAGES_PER_JOB = 10
 REJECTED = "rejected"
+STREAMS = {channel: legacy_delivery_stream(channel) for channel in Channel}
 
 
 def from_network(envelopes: Sequence[Envelope]) -> list[LegacyEnvelope]:
@@ -108,41 +109,62 @@ async def fan_out_page(
     payloads: PayloadSettings = DEFAULT_PAYLOADS,
 ) -> LegacyPage:
     envelope = job.envelope
-    # A message too large for a channel is refused for every subscriber on it: decided once per
-    # (channel, silence) and counted `rejected` here, rather than queued once per subscriber.
-    too_large: dict[tuple[Channel, bool], bool] = {}
-    message = parse(envelope.topic, envelope.message)
     this_period = period(envelope.timestamp_ns)
     alive_since = rules.alive_since(rules.clock())
     rows = await repo.subscribers_page(
         session, envelope.topic, job.after, page_size, this_period, alive_since, job.until
     )
     page = LegacyPage()
-    shared = shared_fields(envelope.topic, envelope.message, envelope.timestamp_ns, envelope.idempotency_key)
+    sorter = _Sorter(envelope, channel_of, payloads)
     for row in rows:
-        channel = channel_of(row.kind)
-        if channel is None:
-            continue
-        keys = {this_period: row.key} if row.key else {}
-        outcome = verdict(message, keys, envelope.timestamp_ns)
-        if outcome is not Verdict.PUSH:
-            page.skipped[(channel, outcome.value)] += 1
-            continue
-        form = (channel, row.is_silent)
-        if form not in too_large:
-            too_large[form] = refused_for_size(
-                channel, envelope.topic, envelope.message, row.is_silent, payloads
-            )
-        if too_large[form]:
-            page.skipped[(channel, REJECTED)] += 1
-            continue
-        encoded = encode_delivery(row.installation_id, shared, row.is_silent, row.created_ns, job.received_ns)
-        page.deliveries.setdefault(legacy_delivery_stream(channel), []).append(encoded)
+        sorter.sort(row, page, job.received_ns)
     if len(rows) == page_size:
         last = rows[-1].installation_id
         bounds = await split_after(session, job, last, ranges if job.first_page else 1)
         page.next_jobs = [LegacyFanoutJob(envelope, job.received_ns, a, u) for a, u in bounds]
     return page
+
+
+class _Sorter:
+    """Each subscriber of one envelope's page to its channel's stream, or counted as skipped. What all
+    of them share is worked out once: the parsed message, the verdict for a subscription without a key
+    for the envelope's period (most of them), the job's shared part, each form's size check."""
+
+    def __init__(self, envelope: LegacyEnvelope, channel_of: ChannelOf, payloads: PayloadSettings) -> None:
+        self.envelope, self.channel_of, self.payloads = envelope, channel_of, payloads
+        self.message = parse(envelope.topic, envelope.message)
+        self.keyless = verdict(self.message, {}, envelope.timestamp_ns)
+        self.period = period(envelope.timestamp_ns)
+        e = envelope
+        self.shared = shared_fields(e.topic, e.message, e.timestamp_ns, e.idempotency_key)
+        # A message too large for a channel is refused for every subscriber on it: decided once per
+        # (channel, silence) and counted `rejected` here, rather than queued once per subscriber.
+        self.too_large: dict[tuple[Channel, bool], bool] = {}
+
+    def sort(self, row: repo.SubscriberRow, page: LegacyPage, received_ns: int) -> None:
+        channel = self.channel_of(row.kind)
+        if channel is None:
+            return
+        outcome = self.keyless
+        if row.key:
+            outcome = verdict(self.message, {self.period: row.key}, self.envelope.timestamp_ns)
+        if outcome is not Verdict.PUSH:
+            page.skipped[(channel, outcome.value)] += 1
+            return
+        if self._too_large(channel, row.is_silent):
+            page.skipped[(channel, REJECTED)] += 1
+            return
+        encoded = encode_delivery(
+            row.installation_id, self.shared, row.is_silent, row.created_ns, received_ns
+        )
+        page.deliveries.setdefault(STREAMS[channel], []).append(encoded)
+
+    def _too_large(self, channel: Channel, is_silent: bool) -> bool:
+        form = (channel, is_silent)
+        if form not in self.too_large:
+            e = self.envelope
+            self.too_large[form] = refused_for_size(channel, e.topic, e.message, is_silent, self.payloads)
+        return self.too_large[form]
 
 
 async def split_after(

@@ -6,14 +6,21 @@ push holds the message itself, not a hint."""
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from app.core.channels import Channel
 
 LEGACY_ENVELOPES = "legacy.envelopes"
+# What `encode` writes when no string needs escaping (json.dumps' ASCII output holds no backslash then).
+_PLAIN_JOB = re.compile(
+    rb'\["([^"\\]*)","([^"\\]*)","([A-Za-z0-9+/=]*)",(-?[0-9]+),"([^"\\]*)",(true|false),'
+    rb"(-?[0-9]+),(-?[0-9]+),([0-9]+),(true|false)\]"
+)
 
 
 def legacy_delivery_stream(channel: Channel) -> str:
@@ -110,6 +117,25 @@ class LegacyDeliveryJob(NamedTuple):
 
     @classmethod
     def decode(cls, payload: bytes) -> LegacyDeliveryJob:
+        # A worker decodes one per push: a job whose strings need no escaping (the usual one) is read
+        # by one pattern match, at a fraction of json.loads' cost; any other takes json.loads.
+        plain = _PLAIN_JOB.fullmatch(payload)
+        if plain is not None:
+            installation, topic, message, timestamp_ns, key, silent, created, ingested, attempt, gone = (
+                plain.groups()
+            )
+            return cls(
+                installation.decode(),
+                topic.decode(),
+                binascii.a2b_base64(message),
+                int(timestamp_ns),
+                key.decode(),
+                silent == b"true",
+                int(created),
+                int(ingested),
+                int(attempt),
+                gone == b"true",
+            )
         fields = json.loads(payload)
         installation, topic, message, timestamp_ns, key, silent, created, ingested, attempt, gone = fields
         return cls(
@@ -143,9 +169,16 @@ def encode_delivery(
 ) -> bytes:
     """The bytes `LegacyDeliveryJob(...).encode()` gives, with the shared part already written: the same
     as json.dumps of its fields with compact separators."""
-    head = json.dumps(installation_id)
+    head = _json_string(installation_id)
     tail = f"{_bool(is_silent)},{int(created_ns)},{int(ingested_ns)},{int(attempt)},{_bool(all_gone)}"
     return f"[{head},{shared},{tail}]".encode()
+
+
+def _json_string(text: str) -> str:
+    """json.dumps(text): an id of printable ASCII without quote or backslash (the usual one) as it is."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return json.dumps(text)
 
 
 def _bool(value: bool) -> str:

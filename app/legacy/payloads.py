@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.apps import AppName, AppSource
 from app.core.channels import Channel
@@ -27,14 +27,14 @@ from app.delivery.url_policy import UrlPolicy
 from app.legacy import topics
 
 DEFAULT_ALERT_TEXT = "New message from XMTP"
-_EPOCH = datetime.fromtimestamp(0, UTC)
+EPOCH = datetime.fromtimestamp(0, UTC)  # a time no body shows (see deliveries.render)
 # The webhook app the HTTP delivery goes through: the operator's endpoint, apart from receivers'.
 HTTP_DELIVERY_APP = AppName(AppSource.SETTINGS, "legacy-http")
 
 
-@dataclass(frozen=True, slots=True)
-class LegacyDelivery:
-    """One message for one installation, through one of its subscriptions."""
+class LegacyDelivery(NamedTuple):
+    """One message for one installation, through one of its subscriptions. (A tuple: one is made per
+    attempt, and a tuple costs a fraction of a frozen dataclass to make.)"""
 
     topic: str  # the subscription's legacy topic string
     message: bytes  # the serialized v3 message
@@ -105,11 +105,19 @@ def _b64(value: bytes) -> str:
     return binascii.b2a_base64(value, newline=False).decode("ascii")
 
 
+@functools.lru_cache(maxsize=4096)
 def _kind(topic: str) -> str:
+    """The topic's message kind (made once per topic: every subscriber of an envelope shares it)."""
     kind = topics.message_kind(topic)
     if kind is None:  # such a subscription is stored and never matched
         raise ValueError("a legacy delivery needs a group or welcome topic")
     return kind
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_json(topic: str) -> str:
+    """The topic as a JSON string, made once per topic."""
+    return go_string(topic)
 
 
 def rfc3339(moment: datetime) -> str:
@@ -143,7 +151,7 @@ def apns_push(delivery: LegacyDelivery, settings: PayloadSettings) -> Push:
     topic = delivery.topic
     body = (
         f'{{"aps":{aps},"encryptedMessage":"{_b64(delivery.message)}",'
-        f'"messageKind":"{_kind(topic)}","topic":{go_string(topic)}}}'
+        f'"messageKind":"{_kind(topic)}","topic":{_topic_json(topic)}}}'
     )
     kind, priority = _kind_and_priority(delivery)
     return Push(delivery.token, body.encode(), kind, priority, extras=_apns_extras(settings.bundle_id))
@@ -254,5 +262,5 @@ def refused_for_size(
     descriptor = CHANNELS[channel]
     if descriptor.max_payload_bytes is None:
         return False
-    probe = LegacyDelivery(topic, message, 0, "", "", "", "", is_silent, _EPOCH, None)
+    probe = LegacyDelivery(topic, message, 0, "", "", "", "", is_silent, EPOCH, None)
     return descriptor.refuses_size_of(render(channel, probe, settings))
