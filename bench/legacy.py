@@ -213,7 +213,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser("python -m bench.legacy", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--scenario", choices=["throughput", "fanout", "both"], default="both")
-    parser.add_argument("--hints", type=int, default=20_000, help="pushes of the throughput scenario")
+    parser.add_argument("--hints", type=int, default=60_000, help="pushes of each throughput round")
     parser.add_argument(
         "--rounds", type=int, default=3, help="throughput rounds, each the new API then legacy"
     )
