@@ -45,6 +45,7 @@ from typing import Any
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
+from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
     DataReceived,
@@ -185,8 +186,7 @@ class _Connection(asyncio.Protocol):
             if isinstance(event, RequestReceived):
                 self.incoming[event.stream_id] = (list(event.headers), bytearray())  # type: ignore[arg-type]
             elif isinstance(event, DataReceived):
-                self.incoming[event.stream_id][1].extend(event.data)
-                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                self._data(event)
             elif isinstance(event, StreamEnded):
                 self._request(event.stream_id)
             elif isinstance(event, StreamReset):
@@ -199,8 +199,21 @@ class _Connection(asyncio.Protocol):
                 self.transport.close()
         self._flush()
 
+    def _data(self, event: DataReceived) -> None:
+        self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        incoming = self.incoming.get(event.stream_id)
+        if incoming is None:  # a stream reset here, its data still arriving
+            return
+        incoming[1].extend(event.data)
+        if self.fake.reset_over and len(incoming[1]) > self.fake.reset_over:
+            self.conn.reset_stream(event.stream_id, ErrorCodes.REFUSED_STREAM)
+            del self.incoming[event.stream_id]
+
     def _request(self, stream_id: int) -> None:
-        headers, body = self.incoming.pop(stream_id)
+        entry = self.incoming.pop(stream_id, None)
+        if entry is None:  # reset here before it ended
+            return
+        headers, body = entry
         record = ApnsRequest(self.number, headers, bytes(body), time.monotonic())
         fake = self.fake
         reply = fake.reply_for(record)
@@ -300,6 +313,7 @@ class FakeApns:
         self.pad_length = 0  # padding on every DATA frame sent (0: none)
         self.hold_until = 0  # hold every answer until this many requests arrived
         self.preface_delay = 0.0  # seconds a new connection writes nothing (its SETTINGS come late)
+        self.reset_over = 0  # a request whose body grows past this many bytes is reset (0: none is)
         self.held: list[tuple[_Connection, int, ApnsRequest, Reply]] = []
         self._seen: dict[str, int] = defaultdict(int)
         self._connections = 0
@@ -355,6 +369,7 @@ class FakeApns:
         self.pad_length = 0
         self.hold_until = 0
         self.preface_delay = 0.0
+        self.reset_over = 0
         self.held = []
         self.max_concurrent_streams = 1000
 

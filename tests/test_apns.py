@@ -208,6 +208,29 @@ async def test_a_burst_of_large_bodies_waits_for_the_servers_flow_control_credit
     assert sorted(r.body for r in fake.requests) == sorted(bodies)  # each whole, once
 
 
+async def test_a_stream_the_server_resets_fails_at_once_and_gives_its_slot_back(fake: FakeApns) -> None:
+    # The server allows 10 streams and resets every request whose body passes 1,000 bytes (as it may
+    # refuse a stream at any time), some while their bodies still wait for credit: each fails at once,
+    # none raises, and the 10 slots are free again for the pushes after them.
+    credentials = apns_credentials(apns_settings(fake))
+    assert credentials is not None
+    apns = ApnsProvider(credentials, timeout_seconds=30.0, max_connections=1)
+    fake.max_concurrent_streams = 10
+    fake.reset_over = 1000
+    try:
+        started = time.monotonic()
+        refused = await asyncio.gather(*(apns.send(Push(f"ok.r{i}", b"{}" + b" " * 3998)) for i in range(60)))
+        refused_in = time.monotonic() - started
+        fake.reset_over = 0
+        later = await asyncio.gather(*(apns.send(Push(f"ok.l{i}", b"{}")) for i in range(20)))
+    finally:
+        await apns.close()
+    assert {o.kind for o in refused} == {OutcomeKind.FAILED}, Counter(o.reason for o in refused)
+    assert refused_in < 15, refused_in  # not at the 30 s deadline
+    assert {o.kind for o in later} == {OutcomeKind.DELIVERED}, Counter(o.reason for o in later)
+    assert len(fake.requests) == 20 and len({r.connection for r in fake.requests}) == 1
+
+
 async def test_expired_provider_token_is_renewed_once_and_resent(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:

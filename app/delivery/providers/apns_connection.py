@@ -36,12 +36,16 @@ needs lives here:
   HTTP/2 server sends first) has been read, so the pool knows its streams before it fills them;
 - a body the server's flow-control window has no room for raises in aioapns, whose pool sleeps a
   second and gives the push up; here the body waits for the server's credit (see
-  _send_as_credit_allows).
+  _send_as_credit_allows);
+- it knows no RST_STREAM from the server: the request waited for the deadline and its stream slot
+  was never given back (a connection the server refused 1,000 streams on took no more requests); here
+  the request fails at once and its slot is freed (`_reset_by_server`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -61,7 +65,7 @@ from aioapns.exceptions import ConnectionClosed
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
-from h2.events import DataReceived, Event
+from h2.events import DataReceived, Event, StreamReset
 from h2.exceptions import H2Error
 from hpack import Encoder, HeaderTuple, NeverIndexedHeaderTuple
 
@@ -92,14 +96,21 @@ WRITE_BATCH = 8
 class _H2Connection(H2Connection):
     MAX_CLOSED_STREAMS = CLOSED_STREAMS_KEPT
 
+    def __init__(self, config: H2Configuration, on_reset: Callable[[int], None]) -> None:
+        super().__init__(config=config)
+        self._on_reset = on_reset
+
     def receive_data(self, data: Buffer) -> list[Event]:
         """h2's events for `data`, each DATA frame's credit given back as it is read: its
-        flow-controlled length, which counts padding, not the length of the data it carries."""
+        flow-controlled length, which counts padding, not the length of the data it carries. A
+        stream the server reset is told to `on_reset` and left out (aioapns knows no such event)."""
         events: list[Event] = super().receive_data(data)
         for event in events:
             if isinstance(event, DataReceived) and event.flow_controlled_length:
                 self.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        return events
+            elif isinstance(event, StreamReset) and event.remote_reset:
+                self._on_reset(event.stream_id)
+        return [event for event in events if not isinstance(event, StreamReset)]
 
 
 class RequestEncoder(Encoder):
@@ -176,7 +187,7 @@ class _Protocol(APNsTLSClientProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conn = _H2Connection(config=_H2_CONFIG)
+        self.conn = _H2Connection(_H2_CONFIG, self._reset_by_server)
         self.conn.encoder = RequestEncoder()
         self._host = self.APNS_SERVER.encode()
         self._apns_topic = self.apns_topic.encode()
@@ -240,6 +251,18 @@ class _Protocol(APNsTLSClientProtocol):
         self.inactivity_timer = None
         self.close()
 
+    def _reset_by_server(self, stream_id: int) -> None:
+        """The server refused or cancelled a stream (RST_STREAM): its request fails now, not at the
+        deadline, and its slot is given back (aioapns would hold both until the connection ends)."""
+        notification_id = self.request_streams.pop(stream_id, None)
+        if notification_id is None:
+            return  # not ours any more: answered, or abandoned (its slot given back then)
+        self.request_statuses.pop(notification_id, None)
+        response = self.requests.pop(notification_id, None)
+        if response is not None and not response.done():
+            response.set_exception(ConnectionClosed("the server reset the stream"))
+        self.free_channels.release()
+
     def on_stream_ended(self, stream_id: int) -> None:
         self.request_streams.pop(stream_id, None)  # a 200 answer has no body to clear it
         super().on_stream_ended(stream_id)
@@ -264,19 +287,22 @@ class _Protocol(APNsTLSClientProtocol):
         if len(body) <= self.conn.local_flow_control_window(stream_id):
             self.conn.send_data(stream_id=stream_id, data=body, end_stream=True)
         else:
-            await self._send_as_credit_allows(stream_id, body)
+            with contextlib.suppress(H2Error):  # the server ended the stream: its answer, or the deadline
+                await self._send_as_credit_allows(stream_id, body, response)
         self.flush()
         return await response
 
-    async def _send_as_credit_allows(self, stream_id: int, body: bytes) -> None:
+    async def _send_as_credit_allows(
+        self, stream_id: int, body: bytes, response: asyncio.Future[NotificationResult]
+    ) -> None:
         """Send `body` as the server's flow-control windows let it, waiting for their updates.
 
         A burst of larger bodies (4 KiB alerts, the legacy API's messages) outgrows a connection's
         first 64 KiB of credit before the server has read any; aioapns would raise, and its pool
         then sleeps a second and gives the push up with its stream half sent. Waiting is bounded
-        by the send's deadline, which resets the stream."""
+        by the send's deadline, which resets the stream; an answer meanwhile ends it."""
         sent = 0
-        while sent < len(body) and not self._lost:
+        while sent < len(body) and not self._lost and not response.done():
             room = min(self.conn.local_flow_control_window(stream_id), self.conn.max_outbound_frame_size)
             if room <= 0:
                 self.flush()  # what is already queued goes out, so the server can read it
