@@ -216,7 +216,7 @@ async def settled(
 
 def lagging(page: str) -> bool:
     """Whether the status page shows the listener live and lagging by the old envelopes' age."""
-    words = re.search(r'<p id="listener" class="ok">live, lag ([0-9.]+) s', page)
+    words = re.search(r'<p id="listener" class="ok">xmtpd: live, lag ([0-9.]+) s', page)
     return words is not None and float(words.group(1)) >= LAG_SECONDS
 
 
