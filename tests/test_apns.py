@@ -177,11 +177,11 @@ async def test_one_jwt_for_many_requests_and_several_connections(
 async def test_a_new_connection_carries_no_more_streams_than_the_server_allows(
     fake: FakeApns, provider: ApnsProvider
 ) -> None:
-    # The server's SETTINGS (40 streams) reach the client 0.3 s after TLS is up, and it holds every
+    # The server's SETTINGS (40 streams) reach the client 0.1 s after TLS is up, and it holds every
     # answer until 150 requests arrived: a pool that used the connection at once would put all 150
     # on it, beyond the server's limit.
     fake.max_concurrent_streams = 40
-    fake.preface_delay = 0.3
+    fake.preface_delay = 0.1
     fake.hold_until = 150
     outcomes = await asyncio.gather(
         *(provider.send(apns_push(hint(i), device(f"ok.p{i}"))) for i in range(150))
